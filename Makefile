@@ -1,0 +1,49 @@
+# The two commands a newcomer runs on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+TRACES := ../shared/traces
+
+.PHONY: demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## demo: run the main job (a backtest of the bundled NASA trace) and say where the report is
+demo: $(STAMP)
+	$(BIN)/predictive-scaler backtest --report backtests/results/demo
+
+## tools: the programs the tests need besides Python packages (installed with apt when root)
+tools:
+	@bash scripts/ensure-tools.sh
+
+## test: lint, type-check and run every test (real Prometheus included; nothing skips)
+test: $(STAMP) tools lint typecheck
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check predictive_scaler tests backtests scripts
+
+typecheck: $(STAMP)
+	$(BIN)/mypy predictive_scaler
+
+bench-forecast: $(STAMP)
+	$(BIN)/python -m predictive_scaler.bench.forecast --traces $(TRACES) --out backtests/results/forecast.md
+
+bench-backtest: $(STAMP)
+	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --out backtests/results/summary.md
+
+bench-controller: $(STAMP) tools
+	$(BIN)/python -m predictive_scaler.bench.controller --traces $(TRACES) --out backtests/results/controller.md
+
+bench-retrain: $(STAMP) tools
+	$(BIN)/python -m predictive_scaler.bench.retrain --out backtests/results/retrain.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,59 @@
+"""One error tree for the whole package.
+
+Every error says what was wrong and what to do about it. Third-party
+exceptions are mapped at the boundary (sources/, kube/, forecasting/store)
+and re-raised ``from exc`` so the original cause stays in the traceback.
+"""
+
+from __future__ import annotations
+
+
+class ScalerError(Exception):
+    """Base of every error predictive-scaler raises on purpose."""
+
+
+class ConfigError(ScalerError):
+    """A setting (spec field, CLI flag, scenario key) is invalid.
+
+    ``field`` names the offending setting so callers (CRD status, CLI) can point at it.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class DataError(ScalerError):
+    """Input data (a trace, a metric series) is malformed or insufficient."""
+
+
+class InsufficientHistoryError(DataError):
+    """Less history than a model needs (e.g. fewer than 14 days)."""
+
+
+class ModelError(ScalerError):
+    """A model could not be fitted, or a model artifact is invalid or refused."""
+
+
+class SourceError(ScalerError):
+    """A metrics source (Prometheus, a trace replay) failed or answered badly."""
+
+
+class ClusterError(ScalerError):
+    """The Kubernetes API failed or refused a request."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class ConflictError(ClusterError):
+    """409: the object changed since it was read; re-read and retry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=409, retryable=True)
+
+
+class BudgetError(ConfigError):
+    """The prewarm budget is invalid; the planner fails closed (no speculation)."""
