@@ -265,7 +265,8 @@ def series_from_frame(
     times = _parse_timestamps(frame["timestamp"], source, first_row)
     values = _parse_values(frame["value"], source, first_row, value_kind)
 
-    ns = times.astype("int64")
+    times = times.as_unit("ns")
+    ns = times.asi8
     diffs = np.diff(ns)
     bad = np.flatnonzero(diffs <= 0)
     if bad.size:
