@@ -1,0 +1,63 @@
+"""Model kinds by name: the one place that maps a kind string to its classes.
+
+Imports are lazy (Prophet and statsmodels are slow to import), so listing the
+kinds or loading one artifact costs only what that kind needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from predictive_scaler.errors import ModelError
+from predictive_scaler.forecasting.base import FittedModel, Forecaster
+
+# kind -> (module, forecaster class, fitted model class)
+_KINDS: dict[str, tuple[str, str, str]] = {
+    "arima": ("predictive_scaler.forecasting.arima", "ArimaForecaster", "ArimaModel"),
+    "prophet": ("predictive_scaler.forecasting.prophet", "ProphetForecaster", "ProphetModel"),
+    "persistence": ("predictive_scaler.forecasting.baselines", "PersistenceForecaster", "PersistenceModel"),
+    "seasonal-naive": ("predictive_scaler.forecasting.baselines", "SeasonalNaiveForecaster", "SeasonalNaiveModel"),
+    "holt-winters": ("predictive_scaler.forecasting.baselines", "HoltWintersForecaster", "HoltWintersModel"),
+    "calibrated": ("predictive_scaler.forecasting.calibration", "", "CalibratedModel"),
+}
+
+#: Kinds a user may ask `evaluate --models` / `train` for (calibrated is a wrapper, not a choice).
+FORECASTER_KINDS: tuple[str, ...] = ("arima", "prophet", "persistence", "seasonal-naive", "holt-winters")
+
+
+def _load(kind: str, which: int) -> Any:
+    try:
+        module, *names = _KINDS[kind]
+    except KeyError:
+        raise ModelError(
+            f"unknown model kind {kind!r}; known kinds: {', '.join(sorted(_KINDS))}"
+        ) from None
+    name = names[which]
+    if not name:
+        raise ModelError(f"model kind {kind!r} cannot be fitted on its own")
+    return getattr(importlib.import_module(module), name)
+
+
+def forecaster(kind: str, **options: Any) -> Forecaster:
+    """A new, unfitted forecaster of ``kind``."""
+    return _load(kind, 0)(**options)  # type: ignore[no-any-return]
+
+
+def model_class(kind: str) -> type[FittedModel]:
+    """The :class:`FittedModel` class that rebuilds artifacts of ``kind``."""
+    return _load(kind, 1)  # type: ignore[no-any-return]
+
+
+def model_from_params(kind: str, params: dict[str, Any]) -> FittedModel:
+    return model_class(kind).from_params(params)
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    for k in kinds:
+        if k not in FORECASTER_KINDS:
+            raise ModelError(f"unknown model {k!r}; choose from {', '.join(FORECASTER_KINDS)}")
+    if not kinds:
+        raise ModelError(f"no models given; choose from {', '.join(FORECASTER_KINDS)}")
+    return kinds
