@@ -1,0 +1,79 @@
+"""The Prometheus metrics the controller exports: one catalogue.
+
+The controller registers exactly these; the alerts (deploy/…/prometheusrule)
+and the Grafana dashboard may only reference names listed here — a test
+compares them, so a renamed metric cannot silently break a page or an alert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter", "histogram"]
+
+#: Labels every per-scaler metric carries.
+SCALER_LABELS: tuple[str, ...] = ("namespace", "scaler")
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = SCALER_LABELS
+
+
+CATALOG: tuple[MetricDef, ...] = (
+    MetricDef("predictive_scaler_forecast_demand", "gauge",
+              "Forecast demand (the scaler's demand unit) at the end of the horizon, by quantile.",
+              SCALER_LABELS + ("quantile",)),
+    MetricDef("predictive_scaler_observed_demand", "gauge",
+              "Latest valid observed demand (the scaler's demand unit)."),
+    MetricDef("predictive_scaler_forecast_coverage", "gauge",
+              "Rolling share of realised demand at or under the forecast planning quantile (target: the quantile)."),
+    MetricDef("predictive_scaler_forecast_pinball_loss", "gauge",
+              "Rolling pinball loss of the planning quantile against realised demand."),
+    MetricDef("predictive_scaler_desired_replicas", "gauge", "Replicas the scaler decided on."),
+    MetricDef("predictive_scaler_current_replicas", "gauge", "Ready replicas of the target."),
+    MetricDef("predictive_scaler_placeholder_gpus", "gauge", "GPUs held by placeholder (prewarm) pods."),
+    MetricDef("predictive_scaler_strategy", "gauge",
+              "1 for the strategy in use (predictive, reactive, hold), 0 for the others.",
+              SCALER_LABELS + ("strategy",)),
+    MetricDef("predictive_scaler_mode", "gauge",
+              "1 for the configured mode (forecast-only, scale), 0 for the other.",
+              SCALER_LABELS + ("mode",)),
+    MetricDef("predictive_scaler_drift_active", "gauge", "1 while forecast drift keeps the scaler reactive."),
+    MetricDef("predictive_scaler_budget_gpus_in_use", "gauge", "Speculative GPUs in use against the prewarm budget."),
+    MetricDef("predictive_scaler_budget_gpus_limit", "gauge", "The prewarm budget in GPUs (after the cluster-wide cap)."),
+    MetricDef("predictive_scaler_budget_limited", "gauge", "1 when the budget cut the speculative capacity this period."),
+    MetricDef("predictive_scaler_speculative_cost_per_hour", "gauge",
+              "Cost per hour of the speculative capacity now (currency label).", SCALER_LABELS + ("currency",)),
+    MetricDef("predictive_scaler_prewarm_cost_total", "counter",
+              "Accumulated cost of speculative (prewarm) capacity.", SCALER_LABELS + ("currency",)),
+    MetricDef("predictive_scaler_wasted_prewarm_cost_total", "counter",
+              "Accumulated cost of speculative capacity that no real demand used (estimate).",
+              SCALER_LABELS + ("currency",)),
+    MetricDef("predictive_scaler_last_forecast_timestamp_seconds", "gauge",
+              "Unix time of the newest forecast."),
+    MetricDef("predictive_scaler_model_trained_timestamp_seconds", "gauge",
+              "Unix time the serving model's training window ended."),
+    MetricDef("predictive_scaler_last_reconcile_timestamp_seconds", "gauge",
+              "Unix time of the last completed reconcile."),
+    MetricDef("predictive_scaler_reconcile_duration_seconds", "histogram", "Duration of one reconcile step."),
+    MetricDef("predictive_scaler_reconcile_errors_total", "counter",
+              "Reconcile errors by kind (metrics, model, cluster, config, internal).", SCALER_LABELS + ("kind",)),
+)
+
+NAMES: frozenset[str] = frozenset(m.name for m in CATALOG)
+
+
+def exported_series_names() -> frozenset[str]:
+    """Every series name a scrape can show (histograms expand to _bucket/_sum/_count, counters to _total)."""
+    out: set[str] = set()
+    for m in CATALOG:
+        if m.type == "histogram":
+            out.update({f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count"})
+        else:
+            out.add(m.name)
+    return frozenset(out)
