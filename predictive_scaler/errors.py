@@ -57,3 +57,11 @@ class ConflictError(ClusterError):
 
 class BudgetError(ConfigError):
     """The prewarm budget is invalid; the planner fails closed (no speculation)."""
+
+
+class ThrottledError(ClusterError):
+    """429: the API server asks the client to slow down for ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message, status=429, retryable=True)
+        self.retry_after = retry_after
