@@ -1,0 +1,227 @@
+"""Backtest scenarios: one YAML file = one cluster, one protocol, one scaler spec.
+
+A scenario names a node-autoscaler preset (``karpenter`` or
+``cluster-autoscaler``, DESIGN §5) and may override any lead time; the
+``spec`` section is the PredictiveScaler spec (camelCase, as in the CRD) the
+predictive policy runs with. Every field is validated when the file is read,
+and errors name the field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
+from predictive_scaler.errors import ConfigError, DataError
+from predictive_scaler.series import format_duration, parse_duration
+
+#: Every policy the harness knows, in the order reports list them.
+POLICIES: tuple[str, ...] = ("predictive", "reactive", "static", "holt-winters", "oracle")
+
+_DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "backtests" / "default.yaml"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything a backtest run depends on besides the trace."""
+
+    #: Short name printed in reports.
+    name: str = "default"
+    #: Node autoscaler preset the lead times come from.
+    preset: str = "karpenter"
+    #: The simulated cluster (preset values with the file's overrides applied).
+    cluster: ClusterConfig = field(default_factory=lambda: ClusterConfig.preset("karpenter"))
+    #: How often every policy acts (the controller's reconcile period).
+    control_period: timedelta = timedelta(seconds=60)
+    #: Size demand so the P95 of the training window needs this many replicas.
+    peak_replicas: int | None = 10
+    #: Or give the capacity of one replica in the trace's unit (wins over peak_replicas).
+    capacity_per_replica: float | None = None
+    #: Upper clamp of every autoscaling policy; default 2 × peak replicas.
+    max_replicas: int | None = None
+    #: Lower clamp of every autoscaling policy.
+    min_replicas: int = 1
+    #: Training window; None = 14 days (7 days for traces shorter than 21 days).
+    training: timedelta | None = None
+    #: Retrain (and maybe promote) this often during the walk-forward.
+    retrain_every: timedelta = timedelta(days=7)
+    #: Cap on the evaluated span after the training window (None = to the end of the trace).
+    evaluation: timedelta | None = None
+    #: Forecast quantile the planner provisions for.
+    quantile: float = 0.95
+    #: Horizons reported per forecaster.
+    horizons: tuple[timedelta, ...] = (timedelta(minutes=10), timedelta(minutes=20), timedelta(minutes=30))
+    #: Candidate model kinds the weekly training chooses from.
+    forecasters: tuple[str, ...] = ("arima", "persistence", "seasonal-naive", "holt-winters")
+    #: HPA target: the share of a replica's capacity the reactive policy aims at.
+    target_utilization: float = 0.8
+    #: Seconds a demand value is "per" (60 = requests per minute) — for unserved requests.
+    demand_unit_seconds: float = 60.0
+    #: Policies to run side by side.
+    policies: tuple[str, ...] = POLICIES
+    #: PredictiveScaler spec (camelCase CRD shape) for the predictive policy.
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(sorted(PRESETS))}", field="preset")
+        cp = self.control_period.total_seconds()
+        if cp < 1 or cp != int(cp) or cp > 600:
+            raise ConfigError(f"control_period must be whole seconds in 1s..10m, got {cp}s", field="control_period")
+        if self.capacity_per_replica is None and self.peak_replicas is None:
+            raise ConfigError("give peak_replicas or capacity_per_replica to turn demand into replicas", field="peak_replicas")
+        if self.capacity_per_replica is not None and not (math.isfinite(self.capacity_per_replica) and self.capacity_per_replica > 0):
+            raise ConfigError(f"capacity_per_replica must be > 0, got {self.capacity_per_replica}", field="capacity_per_replica")
+        if self.peak_replicas is not None and self.peak_replicas < 1:
+            raise ConfigError(f"peak_replicas must be ≥ 1, got {self.peak_replicas}", field="peak_replicas")
+        if self.max_replicas is not None and self.max_replicas < max(1, self.min_replicas):
+            raise ConfigError(f"max_replicas ({self.max_replicas}) must be ≥ min_replicas ({self.min_replicas}) and ≥ 1", field="max_replicas")
+        if self.min_replicas < 0:
+            raise ConfigError(f"min_replicas must be ≥ 0, got {self.min_replicas}", field="min_replicas")
+        if self.training is not None and self.training < timedelta(days=1):
+            raise ConfigError(f"training window {self.training} is too short; give at least 7d (14d recommended)", field="training")
+        if self.retrain_every < timedelta(hours=1):
+            raise ConfigError(f"retrain_every {self.retrain_every} is too short; weekly (7d) is the default", field="retrain_every")
+        if not 0.5 <= self.quantile < 1:
+            raise ConfigError(f"quantile must be in [0.5, 1), got {self.quantile}", field="quantile")
+        if not 0.1 <= self.target_utilization <= 1:
+            raise ConfigError(f"target_utilization must be in [0.1, 1], got {self.target_utilization}", field="target_utilization")
+        if self.demand_unit_seconds <= 0:
+            raise ConfigError("demand_unit_seconds must be > 0 (60 for a per-minute rate)", field="demand_unit_seconds")
+        for p in self.policies:
+            if p not in POLICIES:
+                raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(POLICIES)}", field="policies")
+        if not self.policies:
+            raise ConfigError(f"no policies; choose from {', '.join(POLICIES)}", field="policies")
+        for h in self.horizons:
+            if not timedelta(minutes=5) <= h <= timedelta(minutes=60):
+                raise ConfigError(f"horizon {format_duration(h)} is outside 5m..60m", field="horizons")
+
+    @property
+    def control_period_s(self) -> int:
+        return int(self.control_period.total_seconds())
+
+    def resolved_max_replicas(self, peak_replicas: int) -> int:
+        return self.max_replicas if self.max_replicas is not None else max(2 * peak_replicas, self.min_replicas, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "preset": self.preset,
+            "cluster": self.cluster.to_dict(),
+            "control_period": format_duration(self.control_period),
+            "peak_replicas": self.peak_replicas,
+            "capacity_per_replica": self.capacity_per_replica,
+            "max_replicas": self.max_replicas,
+            "min_replicas": self.min_replicas,
+            "training": format_duration(self.training) if self.training else None,
+            "retrain_every": format_duration(self.retrain_every),
+            "evaluation": format_duration(self.evaluation) if self.evaluation else None,
+            "quantile": self.quantile,
+            "horizons": [format_duration(h) for h in self.horizons],
+            "forecasters": list(self.forecasters),
+            "target_utilization": self.target_utilization,
+            "demand_unit_seconds": self.demand_unit_seconds,
+            "policies": list(self.policies),
+            "spec": self.spec,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, name: str = "scenario") -> Scenario:
+        if not isinstance(data, dict):
+            raise ConfigError(f"scenario {name}: expected a mapping of settings, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"scenario {name}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                field=unknown[0],
+            )
+        kw: dict[str, Any] = {"name": str(data.get("name", name))}
+        preset = str(data.get("preset", "karpenter"))
+        kw["preset"] = preset
+        cluster = data.get("cluster") or {}
+        if not isinstance(cluster, dict):
+            raise ConfigError("cluster must be a mapping of simulator settings", field="cluster")
+        bad = sorted(set(cluster) - set(ClusterConfig.__dataclass_fields__))
+        if bad:
+            raise ConfigError(
+                f"cluster: unknown setting(s) {', '.join(bad)}; known: {', '.join(ClusterConfig.__dataclass_fields__)}",
+                field=f"cluster.{bad[0]}",
+            )
+        overrides = {k: (_seconds(v, f"cluster.{k}") if k.endswith("_s") else v) for k, v in cluster.items()}
+        try:
+            kw["cluster"] = ClusterConfig.preset(preset, **overrides)
+        except TypeError as exc:
+            raise ConfigError(f"cluster: {exc}", field="cluster") from exc
+        for key in ("control_period", "retrain_every"):
+            if key in data:
+                kw[key] = _duration(data[key], key)
+        for key in ("training", "evaluation"):
+            if data.get(key) not in (None, "auto"):
+                kw[key] = _duration(data[key], key)
+        for key in ("peak_replicas", "max_replicas", "min_replicas"):
+            if key in data:
+                kw[key] = None if data[key] is None else _int(data[key], key)
+        for key in ("capacity_per_replica", "quantile", "target_utilization", "demand_unit_seconds"):
+            if key in data:
+                kw[key] = None if data[key] is None else _float(data[key], key)
+        if "horizons" in data:
+            kw["horizons"] = tuple(_duration(h, "horizons") for h in _list(data["horizons"], "horizons"))
+        for key in ("forecasters", "policies"):
+            if key in data:
+                kw[key] = tuple(str(x) for x in _list(data[key], key))
+        if "spec" in data:
+            if not isinstance(data["spec"], dict):
+                raise ConfigError("spec must be a mapping (the PredictiveScaler spec, camelCase)", field="spec")
+            kw["spec"] = dict(data["spec"])
+        return cls(**kw)
+
+
+def load_scenario(path: str | Path | None = None) -> Scenario:
+    """Read a scenario YAML file (default: ``backtests/default.yaml``)."""
+    p = Path(path) if path is not None else _DEFAULT_SCENARIO
+    if not p.exists():
+        raise ConfigError(f"{p}: no such scenario file; give a YAML file such as backtests/default.yaml", field="scenario")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax", field="scenario") from exc
+    return Scenario.from_dict(data, name=p.stem)
+
+
+def _duration(value: Any, key: str) -> timedelta:
+    try:
+        return parse_duration(value)
+    except DataError as exc:
+        raise ConfigError(f"{key}: {exc}", field=key) from exc
+
+
+def _seconds(value: Any, key: str) -> float:
+    return _duration(value, key).total_seconds()
+
+
+def _int(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ConfigError(f"{key} must be a whole number, got {value!r}", field=key)
+    return int(value)
+
+
+def _float(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}", field=key)
+    return float(value)
+
+
+def _list(value: Any, key: str) -> list[Any]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list):
+        raise ConfigError(f"{key} must be a list, got {value!r}", field=key)
+    return value
