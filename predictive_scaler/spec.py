@@ -1,0 +1,539 @@
+"""The PredictiveScaler spec: one frozen settings type, the one source of truth.
+
+Every setting is a dataclass field whose ``metadata`` carries its description,
+bounds and allowed values. From those fields come, with no hand-kept copy:
+
+- eager validation (``__post_init__``) raising :class:`ConfigError` whose
+  ``field`` is the camelCase path of the offending setting (``spec.minReplicas``);
+- :meth:`ScalerSpec.from_dict` / :meth:`ScalerSpec.to_dict` for the camelCase
+  shape of the custom resource's ``spec`` (also used by backtest scenarios);
+- :func:`spec_json_schema`, the structural OpenAPI v3 schema of the CRD.
+
+Durations are whole seconds (``…Seconds``), as in the HPA's own API.
+Budget problems raise :class:`BudgetError` (a ConfigError); the planner also
+re-checks the budget and fails closed, so a spec built around validation still
+cannot buy speculative GPUs it was not allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from predictive_scaler.errors import BudgetError, ConfigError
+
+#: Grid the models work on unless a trace is coarser (contract: 5 minutes).
+DEFAULT_MODEL_STEP = 300
+
+DemandKind = Literal["requests", "dcgm-busy-gpus"]
+Mode = Literal["forecast-only", "scale"]
+
+
+def _m(
+    description: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+    min_length: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "description": description,
+        "minimum": minimum,
+        "maximum": maximum,
+        "exclusive_minimum": exclusive_minimum,
+        "exclusive_maximum": exclusive_maximum,
+        "min_length": min_length,
+    }
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+# -- generic field machinery ---------------------------------------------------------------
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = hints
+    return hints
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0], True
+    return tp, False
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+class _Settings:
+    """Mixin: validates every field from its type and metadata, then runs ``_check``."""
+
+    #: Error type raised for this section's problems (the budget uses BudgetError).
+    _error: ClassVar[type[ConfigError]] = ConfigError
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            new = _validate_value(type(self), f, value)
+            if new is not value:
+                object.__setattr__(self, f.name, new)
+        self._check()
+
+    def _check(self) -> None:
+        """Cross-field rules (min ≤ max …); override in sections that have some."""
+
+    def _fail(self, name: str, detail: str) -> typing.NoReturn:
+        key = ".".join(camel(part) for part in name.split("."))
+        raise self._error(f"{key}: {detail}", field=key)
+
+
+def _validate_value(cls: type, f: dataclasses.Field[Any], value: Any) -> Any:
+    err = getattr(cls, "_error", ConfigError)
+    key = camel(f.name)
+    tp, optional = _unwrap_optional(_hints(cls)[f.name])
+    md = f.metadata
+
+    def fail(detail: str) -> typing.NoReturn:
+        raise err(f"{key}: {detail}", field=key)
+
+    if value is None:
+        if optional:
+            return None
+        fail("is required; set it (see the description in the CRD schema)")
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        if not isinstance(value, bool):
+            fail(f"must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            fail(f"must be a whole number, got {value!r}; write e.g. {f.default if isinstance(f.default, int) else 1}")
+        _check_bounds(md, value, fail)
+        return value
+    if tp is float:
+        if not _is_number(value):
+            fail(f"must be a number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            fail(f"must be a finite number, got {value!r}")
+        _check_bounds(md, value, fail)
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            fail(f"must be a string, got {value!r}")
+        if md.get("min_length") and len(value) < md["min_length"]:
+            fail("must not be empty")
+        return value
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            fail(f"must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, tp):  # type: ignore[arg-type]
+            fail(f"must be a {tp.__name__} section, got {type(value).__name__}")  # type: ignore[union-attr]
+        return value
+    if origin is tuple:
+        item = typing.get_args(tp)[0]
+        if not isinstance(value, tuple | list):
+            fail(f"must be a list, got {value!r}")
+        if dataclasses.is_dataclass(item) and not all(isinstance(v, item) for v in value):  # type: ignore[arg-type]
+            fail(f"every entry must be a {item.__name__}")  # type: ignore[union-attr]
+        return tuple(value)
+    if origin is dict:
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            fail(f"must map strings to strings, got {value!r}")
+        return dict(value)
+    raise TypeError(f"spec field {cls.__name__}.{f.name} has an unsupported type {tp!r}")
+
+
+def _check_bounds(md: Mapping[str, Any], value: float, fail: typing.Callable[[str], typing.NoReturn]) -> None:
+    lo, hi = md.get("minimum"), md.get("maximum")
+    if lo is not None:
+        if md.get("exclusive_minimum") and not value > lo:
+            fail(f"must be greater than {lo:g}, got {value:g}; use a larger value")
+        if not md.get("exclusive_minimum") and value < lo:
+            fail(f"must be at least {lo:g}, got {value:g}; use a value of {lo:g} or more")
+    if hi is not None:
+        if md.get("exclusive_maximum") and not value < hi:
+            fail(f"must be less than {hi:g}, got {value:g}; use a smaller value")
+        if not md.get("exclusive_maximum") and value > hi:
+            fail(f"must be at most {hi:g}, got {value:g}; use a value of {hi:g} or less")
+
+
+# -- the sections ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TargetRef(_Settings):
+    name: str = field(metadata=_m("Name of the workload to scale (in the scaler's namespace); it must have a /scale subresource.", min_length=1))
+    api_version: str = field(default="apps/v1", metadata=_m("API version of the target. Default: apps/v1.", min_length=1))
+    kind: str = field(default="Deployment", metadata=_m("Kind of the target (Deployment, StatefulSet, or any resource with /scale). Default: Deployment.", min_length=1))
+
+
+@dataclass(frozen=True)
+class DemandSignal(_Settings):
+    kind: DemandKind = field(default="requests", metadata=_m(
+        "What demand is measured in: 'requests' (a PromQL request rate, e.g. sum(rate(...[2m]))) or "
+        "'dcgm-busy-gpus' (sum of DCGM_FI_DEV_GPU_UTIL/100 over the target's pods). Default: requests."))
+    query: str | None = field(default=None, metadata=_m(
+        "PromQL query returning one series: total demand of the target. Required for kind 'requests'; "
+        "for 'dcgm-busy-gpus' it defaults to the DCGM busy-GPU sum over the target's pods.", min_length=1))
+    utilization_query: str | None = field(default=None, metadata=_m(
+        "Optional PromQL query of the target's mean GPU utilisation (0-100), used to learn capacity.", min_length=1))
+    max_age_seconds: int = field(default=180, metadata=_m(
+        "An observation older than this is stale and treated as missing (a frozen exporter must not look healthy). Default: 180.",
+        minimum=15, maximum=3600))
+
+    def _check(self) -> None:
+        if self.kind == "requests" and self.query is None:
+            self._fail("query", "is required when demand.kind is 'requests'; give the PromQL request-rate query, "
+                       "e.g. sum(rate(http_requests_total{service=\"llm\"}[2m]))")
+
+
+@dataclass(frozen=True)
+class Capacity(_Settings):
+    requests_per_replica: float | None = field(default=None, metadata=_m(
+        "Demand one replica serves within its latency SLO (same unit as the demand query, e.g. requests/s). "
+        "Required when demand.kind is 'requests'.", minimum=0, exclusive_minimum=True))
+    gpu_utilization_target: float = field(default=0.7, metadata=_m(
+        "Target busy fraction of each GPU when demand.kind is 'dcgm-busy-gpus': replicas = busy GPUs / "
+        "target / gpusPerReplica. The useful band is 0.6-0.8. Default: 0.7.", minimum=0.6, maximum=0.8))
+
+
+@dataclass(frozen=True)
+class LeadTimes(_Settings):
+    pod_start_seconds: int = field(default=90, metadata=_m(
+        "Time from scaling up to a ready replica on a warm node (scheduling + model load). Default: 90.",
+        minimum=0, maximum=3600))
+    node_start_seconds: int = field(default=400, metadata=_m(
+        "Time to a ready replica on a cold node: node provisioning (45-60 s Karpenter, 3-5 min Cluster "
+        "Autoscaler) + image pull (3-8 min for 5-15 GB) + model load. Default: 400.", minimum=0, maximum=7200))
+
+    def _check(self) -> None:
+        if self.node_start_seconds < self.pod_start_seconds:
+            self._fail("node_start_seconds", f"({self.node_start_seconds}) is shorter than podStartSeconds "
+                       f"({self.pod_start_seconds}); a cold node cannot be faster than a warm one — raise it")
+
+
+@dataclass(frozen=True)
+class ReactiveBehavior(_Settings):
+    tolerance: float = field(default=0.1, metadata=_m(
+        "No scaling while demand/capacity is within this fraction of 1 (HPA tolerance). Default: 0.1.",
+        minimum=0, maximum=1, exclusive_maximum=True))
+    scale_down_stabilization_seconds: int = field(default=300, metadata=_m(
+        "Scale down only to the highest recommendation of this window (HPA). Default: 300.", minimum=0, maximum=3600))
+    scale_up_stabilization_seconds: int = field(default=0, metadata=_m(
+        "Scale up only to the lowest recommendation of this window (HPA). Default: 0.", minimum=0, maximum=3600))
+    scale_up_percent: int = field(default=100, metadata=_m(
+        "Scale-up policy: add at most this percentage of the replicas per period. Default: 100.", minimum=0, maximum=10000))
+    scale_up_pods: int = field(default=4, metadata=_m(
+        "Scale-up policy: or add at most this many replicas per period, whichever allows more. Default: 4.", minimum=0, maximum=10000))
+    scale_up_period_seconds: int = field(default=15, metadata=_m(
+        "Period of the scale-up policies. Default: 15.", minimum=1, maximum=1800))
+    scale_down_percent: int = field(default=100, metadata=_m(
+        "Scale-down policy: remove at most this percentage of the replicas per period. Default: 100.", minimum=0, maximum=100))
+    scale_down_period_seconds: int = field(default=15, metadata=_m(
+        "Period of the scale-down policy. Default: 15.", minimum=1, maximum=1800))
+
+    def _check(self) -> None:
+        if self.scale_up_percent == 0 and self.scale_up_pods == 0:
+            self._fail("scale_up_pods", "and scaleUpPercent are both 0, so the workload could never scale up; "
+                       "allow at least one of them (HPA defaults: 100 % or 4 pods)")
+
+
+@dataclass(frozen=True)
+class DriftSettings(_Settings):
+    fast_periods: int = field(default=3, metadata=_m(
+        "Drift when this many consecutive observations are far outside the forecast (above P95 by farAboveMargin, "
+        "or below P50 by farBelowRatio). Default: 3.", minimum=1, maximum=100))
+    window_periods: int = field(default=30, metadata=_m(
+        "Observations in the rolling window for the slower share-based checks. Default: 30.", minimum=2, maximum=500))
+    min_window_periods: int = field(default=10, metadata=_m(
+        "Observations the window needs before its shares are judged. Default: 10.", minimum=1, maximum=500))
+    max_above_fraction: float = field(default=0.3, metadata=_m(
+        "Under-forecast drift when more than this share of the window is above the P95 (a good P95 is exceeded "
+        "about 5 % of the time). Default: 0.3.", minimum=0.05, maximum=1))
+    far_above_margin: float = field(default=0.1, metadata=_m(
+        "'Far above' means above P95 x (1 + this). Default: 0.1.", minimum=0, maximum=10))
+    far_below_ratio: float = field(default=0.8, metadata=_m(
+        "'Far below' means below P50 x this. Default: 0.8.", minimum=0, maximum=1, exclusive_maximum=True))
+    max_far_below_fraction: float = field(default=0.5, metadata=_m(
+        "Over-forecast drift when more than this share of the window is far below the P50 (wasted money). "
+        "Default: 0.5.", minimum=0.05, maximum=1))
+    recovery_seconds: int = field(default=900, metadata=_m(
+        "After drift, return to predictive only once the forecast has been good this long (hysteresis). Default: 900.",
+        minimum=0, maximum=86400))
+
+    def _check(self) -> None:
+        if self.min_window_periods > self.window_periods:
+            self._fail("min_window_periods", f"({self.min_window_periods}) exceeds windowPeriods "
+                       f"({self.window_periods}); lower it or enlarge the window")
+
+
+@dataclass(frozen=True)
+class Budget(_Settings):
+    _error: ClassVar[type[ConfigError]] = BudgetError
+
+    max_gpus: int | None = field(default=None, metadata=_m(
+        "Most speculative GPUs at any time: replicas above the reactive need plus whole nodes kept warm by "
+        "placeholders. Unset with maxCostPerHour unset means no speculation at all.", minimum=0))
+    max_cost_per_hour: float | None = field(default=None, metadata=_m(
+        "Most speculative cost per hour (needs pricePerGpuHour).", minimum=0))
+    price_per_gpu_hour: float | None = field(default=None, metadata=_m(
+        "Price of one GPU-hour, for cost limits and reports.", minimum=0))
+    currency: str = field(default="USD", metadata=_m("Currency of the prices. Default: USD.", min_length=1))
+
+    def _check(self) -> None:
+        if self.max_cost_per_hour is not None and self.price_per_gpu_hour is None:
+            self._fail("price_per_gpu_hour", "is required when maxCostPerHour is set; give the price of one "
+                       "GPU-hour so the cost can be bounded")
+
+
+@dataclass(frozen=True)
+class Toleration(_Settings):
+    key: str | None = field(default=None, metadata=_m("Taint key the placeholder pods tolerate."))
+    operator: Literal["Exists", "Equal"] = field(default="Exists", metadata=_m("Exists or Equal. Default: Exists."))
+    value: str | None = field(default=None, metadata=_m("Taint value (with operator Equal)."))
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] = field(default="", metadata=_m(
+        "Taint effect; empty matches all. Default: empty."))
+
+
+@dataclass(frozen=True)
+class Prewarm(_Settings):
+    enabled: bool = field(default=False, metadata=_m(
+        "Keep GPU nodes warm with negative-priority placeholder pods ahead of forecast demand. Default: false."))
+    gpus_per_node: int = field(default=8, metadata=_m(
+        "GPUs on one node of the target's node pool; a placeholder that needs a new node pays for all of them. Default: 8.",
+        minimum=1, maximum=64))
+    priority_class_name: str = field(default="predictive-scaler-placeholder", metadata=_m(
+        "PriorityClass (negative value) of the placeholder pods, so real pods preempt them. "
+        "Default: predictive-scaler-placeholder.", min_length=1))
+    image: str | None = field(default=None, metadata=_m(
+        "Image the placeholder pods run, to pull the inference image ahead; unset uses a pause image.", min_length=1))
+    node_selector: dict[str, str] = field(default_factory=dict, metadata=_m(
+        "Node selector of the placeholder pods (match the inference pods)."))
+    tolerations: tuple[Toleration, ...] = field(default=(), metadata=_m(
+        "Tolerations of the placeholder pods (match the inference pods)."))
+    budget: Budget = field(default_factory=Budget, metadata=_m(
+        "Hard bound on speculative capacity (all GPUs that exist only because of the forecast, whether or "
+        "not placeholders are enabled). An empty budget allows no speculation."))
+
+
+@dataclass(frozen=True)
+class ModelRef(_Settings):
+    name: str | None = field(default=None, metadata=_m(
+        "Name of the model in the model store; unset uses the scaler's own name.", min_length=1))
+    version: str | None = field(default=None, metadata=_m(
+        "Model version to serve; unset follows the store's serving pointer.", min_length=1))
+    step_seconds: int = field(default=DEFAULT_MODEL_STEP, metadata=_m(
+        "Grid step of the model. Default: 300.", minimum=60, maximum=3600))
+    recent_window_seconds: int = field(default=86400, metadata=_m(
+        "Recent history handed to the model at each forecast. Default: 86400.", minimum=600, maximum=30 * 86400))
+
+
+@dataclass(frozen=True)
+class ScalerSpec(_Settings):
+    """Everything one PredictiveScaler needs; see each field's description."""
+
+    target: TargetRef = field(metadata=_m("The workload to scale."))
+    demand: DemandSignal = field(metadata=_m("Where demand is measured."))
+    capacity: Capacity = field(default_factory=Capacity, metadata=_m("What one replica can serve."))
+    gpus_per_replica: int = field(default=1, metadata=_m("GPUs each replica requests. Default: 1.", minimum=1, maximum=64))
+    min_replicas: int = field(default=1, metadata=_m(
+        "Fewest replicas; 0 allows scaling to zero (never done on missing data). Default: 1.", minimum=0, maximum=100000))
+    max_replicas: int = field(default=10, metadata=_m("Most replicas. Default: 10.", minimum=1, maximum=100000))
+    quantile: float = field(default=0.95, metadata=_m(
+        "Forecast quantile capacity is planned on (0.95 = P95). Default: 0.95.", minimum=0, maximum=1,
+        exclusive_minimum=True, exclusive_maximum=True))
+    horizon_seconds: int = field(default=1800, metadata=_m(
+        "How far ahead to forecast, 5-60 min. Default: 1800.", minimum=300, maximum=3600))
+    control_period_seconds: int = field(default=60, metadata=_m(
+        "Time between reconciles. Default: 60.", minimum=5, maximum=600))
+    missing_data_periods: int = field(default=3, metadata=_m(
+        "Control periods of missing or stale demand held before falling back to reactive. Default: 3.",
+        minimum=0, maximum=1000))
+    lead_times: LeadTimes = field(default_factory=LeadTimes, metadata=_m("How long capacity takes to arrive."))
+    reactive: ReactiveBehavior = field(default_factory=ReactiveBehavior, metadata=_m(
+        "HPA-compatible behaviour used as the floor and as the fallback."))
+    drift: DriftSettings = field(default_factory=DriftSettings, metadata=_m(
+        "When the forecast counts as wrong, and how long it must be right again."))
+    prewarm: Prewarm = field(default_factory=Prewarm, metadata=_m("Placeholder pods and the speculative budget."))
+    model: ModelRef = field(default_factory=ModelRef, metadata=_m("Which forecasting model to use."))
+    mode: Mode = field(default="forecast-only", metadata=_m(
+        "'forecast-only' computes and reports but touches nothing (the safe way to try it); 'scale' acts. "
+        "Default: forecast-only."))
+
+    def _check(self) -> None:
+        if self.min_replicas > self.max_replicas:
+            self._fail("min_replicas", f"({self.min_replicas}) is greater than maxReplicas ({self.max_replicas}); "
+                       "lower minReplicas or raise maxReplicas")
+        if self.demand.kind == "requests" and self.capacity.requests_per_replica is None:
+            self._fail("capacity.requests_per_replica", "is required when demand.kind is 'requests'; give the "
+                       "request rate one replica serves within its SLO")
+        if self.prewarm.enabled and self.gpus_per_replica > self.prewarm.gpus_per_node:
+            self._fail("gpus_per_replica", f"({self.gpus_per_replica}) exceeds prewarm.gpusPerNode "
+                       f"({self.prewarm.gpus_per_node}); a replica must fit on one node")
+        if self.horizon_seconds % self.model.step_seconds:
+            self._fail("horizon_seconds", f"({self.horizon_seconds}) is not a multiple of model.stepSeconds "
+                       f"({self.model.step_seconds}); choose e.g. {self.model.step_seconds * 6}")
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def capacity_per_replica(self) -> float:
+        """Demand one replica serves, in the demand's own unit."""
+        if self.demand.kind == "dcgm-busy-gpus":
+            return self.capacity.gpu_utilization_target * self.gpus_per_replica
+        assert self.capacity.requests_per_replica is not None  # checked in _check
+        return self.capacity.requests_per_replica
+
+    @property
+    def demand_unit(self) -> str:
+        return "busy GPUs" if self.demand.kind == "dcgm-busy-gpus" else "req/s"
+
+    # -- dict shape ------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, path: str = "spec") -> ScalerSpec:
+        """Build from the camelCase CRD ``spec``; errors name the field, e.g. ``spec.minReplicas``."""
+        return _from_dict(cls, data, path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The camelCase shape; ``from_dict(to_dict())`` gives an equal spec. Unset options are left out."""
+        return _to_dict(self)
+
+
+def _from_dict(cls: Any, data: Any, path: str) -> Any:
+    err = getattr(cls, "_error", ConfigError)
+    if not isinstance(data, Mapping):
+        raise err(f"{path}: must be an object (mapping), got {type(data).__name__}", field=path)
+    fields = {camel(f.name): f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown:
+        raise err(f"{path}.{unknown[0]}: unknown field; known fields here: {', '.join(sorted(fields))}",
+                  field=f"{path}.{unknown[0]}")
+    kwargs: dict[str, Any] = {}
+    for key, f in fields.items():
+        if key not in data:
+            continue
+        value = data[key]
+        tp, _ = _unwrap_optional(_hints(cls)[f.name])
+        if value is not None and dataclasses.is_dataclass(tp):
+            value = _from_dict(tp, value, f"{path}.{key}")
+        elif value is not None and typing.get_origin(tp) is tuple:
+            item = typing.get_args(tp)[0]
+            if isinstance(value, list | tuple) and dataclasses.is_dataclass(item):
+                value = tuple(_from_dict(item, v, f"{path}.{key}[{i}]") for i, v in enumerate(value))
+        kwargs[f.name] = value
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        where = f"{path}.{exc.field}" if exc.field else path
+        message = str(exc)
+        if exc.field and message.startswith(exc.field):
+            message = where + message[len(exc.field):]
+        raise type(exc)(message, field=where) from exc
+    except TypeError as exc:  # a required section missing entirely
+        missing = [camel(f.name) for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                   and camel(f.name) not in data]
+        where = f"{path}.{missing[0]}" if missing else path
+        raise err(f"{where}: is required; add it", field=where) from exc
+
+
+def _to_dict(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if value is None:
+                continue
+            out[camel(f.name)] = _to_dict(value)
+        return out
+    if isinstance(obj, tuple | list):
+        return [_to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return dict(obj)
+    return obj
+
+
+# -- schema ----------------------------------------------------------------------------------
+
+def spec_json_schema() -> dict[str, Any]:
+    """Structural OpenAPI v3 schema of the CRD ``spec`` (apiextensions.k8s.io/v1), from the dataclasses."""
+    return _schema_of(ScalerSpec)
+
+
+def _schema_of(cls: Any) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(cls):
+        key = camel(f.name)
+        tp, optional = _unwrap_optional(_hints(cls)[f.name])
+        prop = _schema_of_type(tp)
+        md = f.metadata
+        if md.get("description"):
+            prop["description"] = md["description"]
+        for ours, theirs in (("minimum", "minimum"), ("maximum", "maximum")):
+            if md.get(ours) is not None:
+                prop[theirs] = md[ours]
+        if md.get("exclusive_minimum"):
+            prop["exclusiveMinimum"] = True
+        if md.get("exclusive_maximum"):
+            prop["exclusiveMaximum"] = True
+        if md.get("min_length"):
+            prop["minLength"] = md["min_length"]
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if not has_default and not optional:
+            required.append(key)
+        elif f.default is not dataclasses.MISSING and f.default is not None and not dataclasses.is_dataclass(tp):
+            prop["default"] = f.default
+        properties[key] = prop
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if cls.__doc__ and cls is ScalerSpec:
+        schema["description"] = cls.__doc__.strip().splitlines()[0]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _schema_of_type(tp: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp is int:
+        return {"type": "integer"}
+    if tp is float:
+        return {"type": "number"}
+    if tp is str:
+        return {"type": "string"}
+    if origin is Literal:
+        return {"type": "string", "enum": list(typing.get_args(tp))}
+    if dataclasses.is_dataclass(tp):
+        return _schema_of(tp)
+    if origin is tuple:
+        return {"type": "array", "items": _schema_of_type(typing.get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+    raise TypeError(f"no schema for spec type {tp!r}")
