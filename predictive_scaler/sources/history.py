@@ -1,0 +1,163 @@
+"""History pulls from Prometheus onto the package's regular grid, and the controller's metrics port.
+
+Grid convention. A Prometheus value at evaluation time ``t`` describes the
+past: ``rate(x[5m])`` at ``t`` is the mean rate over ``(t - 5m, t]`` and a gauge
+at ``t`` is its latest sample. A :class:`~predictive_scaler.series.Series`
+value describes the step that *starts* at its timestamp. So ``values[i]`` of
+a pulled series is the query evaluated at ``start + (i + 1)·step``: the last
+element of a pull ending at ``now`` is the step that ended at (or just
+before) ``now``, which is complete and already observed. For a rate query, give
+the range the same length as the step (``[5m]`` at a 5-minute step), or the
+pulled value is the mean over a different window than the step it stands for.
+
+Gaps stay NaN. Leading NaN (the metric did not exist yet) is trimmed before
+the history length is checked, so a series that began 9 days ago is refused
+as 9 days of history, not accepted as 21.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from predictive_scaler.errors import DataError, SourceError
+from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, ValueKind, check_history
+from predictive_scaler.sources.prometheus import (
+    Combine,
+    DemandSample,
+    DuplicateSeriesError,
+    PrometheusSource,
+)
+
+
+def pull_history(
+    source: PrometheusSource,
+    query: str,
+    start: datetime,
+    end: datetime,
+    step: timedelta | int,
+    *,
+    min_history: timedelta | None = DEFAULT_MIN_HISTORY,
+    max_missing_fraction: float | None = None,
+    combine: Combine = "error",
+    name: str = "demand",
+    allow_partial: bool = False,
+) -> Series:
+    """Pull ``query`` over [start, end] as a Series of ``step`` steps (gaps NaN).
+
+    The grid is aligned on multiples of ``step`` from the epoch (steps that lie
+    wholly inside [start, end]). Several series → :class:`DuplicateSeriesError`
+    unless ``combine="sum"`` (summed where any is present, as PromQL's ``sum``
+    would). Raises :class:`InsufficientHistoryError` when the observed span
+    (from the first present value) is shorter than ``min_history`` (None: no
+    check), and DataError when more than ``max_missing_fraction`` of it is NaN.
+    """
+    step_s = _step(step)
+    t0 = math.ceil(_epoch(start) / step_s) * step_s
+    last_eval = math.floor(_epoch(end) / step_s) * step_s
+    n = (last_eval - t0) // step_s  # steps [t0 + i·step, t0 + (i+1)·step), evaluated at their end
+    if n < 1:
+        raise DataError(f"history window {start} → {end} holds no whole {step_s}s step; widen it")
+    first_eval = t0 + step_s
+    found = source.range(query, _dt(first_eval), _dt(last_eval), step_s, allow_partial=allow_partial)
+    if len(found) > 1 and combine != "sum":
+        labels = "; ".join(str(dict(s.labels)) for s in found[:4])
+        raise DuplicateSeriesError(
+            f"history query {query!r} returned {len(found)} series ({labels}); aggregate them in the "
+            "query with sum(…) or sum by (…), or ask for their sum")
+    grid = np.full(n, np.nan)
+    if found:
+        stacked = np.full((len(found), n), np.nan)
+        for row, found_series in enumerate(found):
+            idx = np.rint((found_series.timestamps - first_eval) / step_s).astype(np.int64)
+            ok = (idx >= 0) & (idx < n)
+            stacked[row, idx[ok]] = found_series.values[ok]
+        stacked[~np.isfinite(stacked)] = np.nan
+        present = np.isfinite(stacked).any(axis=0)
+        grid = np.where(present, np.nansum(np.where(np.isfinite(stacked), stacked, 0.0), axis=0), np.nan)
+    series = Series(values=grid, start=pd.Timestamp(t0, unit="s", tz="UTC"), step_seconds=step_s,
+                    name=name, value_kind=ValueKind.RATE, source=f"prometheus:{query}")
+    return _check_pulled(series, query, min_history, max_missing_fraction)
+
+
+def _check_pulled(series: Series, query: str, min_history: timedelta | None,
+                  max_missing_fraction: float | None) -> Series:
+    present = np.flatnonzero(np.isfinite(series.values))
+    if present.size == 0:
+        if min_history is None:
+            return series
+        raise DataError(f"history query {query!r} returned no data between {series.start} and "
+                        f"{series.end}; check the metric name and labels in the Prometheus UI")
+    observed = series.slice(int(present[0]), len(series))
+    check_history(observed, min_history)
+    if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
+        raise DataError(
+            f"history query {query!r}: {observed.missing_fraction:.0%} of the steps since "
+            f"{observed.start} are missing (> {max_missing_fraction:.0%} allowed); fix the scrape "
+            "gaps or allow more missing data")
+    return observed if min_history is not None else series
+
+
+class PrometheusMetrics:
+    """The reconciler's metrics port over Prometheus (``demand_now`` / ``recent``).
+
+    ``demand_query`` yields demand as one number (e.g. ``sum(rate(requests_total{…}[5m]))``
+    or DCGM busy GPUs); ``freshness_query`` (e.g. ``min(timestamp(requests_total{…}))``)
+    lets stale data count as missing after ``max_age``; ``history_query``
+    (default: ``demand_query``) is what :meth:`recent` pulls — give it a range
+    equal to the model step.
+    """
+
+    def __init__(
+        self,
+        source: PrometheusSource,
+        demand_query: str,
+        *,
+        max_age: timedelta = timedelta(minutes=2),
+        freshness_query: str | None = None,
+        history_query: str | None = None,
+        combine: Combine = "error",
+        name: str = "demand",
+    ) -> None:
+        if not demand_query.strip():
+            raise SourceError("the demand query is empty; give a PromQL query, e.g. "
+                              "sum(rate(http_requests_total{namespace=\"ml\"}[5m]))")
+        self.source = source
+        self.demand_query = demand_query
+        self.max_age = max_age
+        self.freshness_query = freshness_query
+        self.history_query = history_query or demand_query
+        self.combine: Combine = combine
+        self.name = name
+
+    def demand_now(self, now: datetime) -> DemandSample:
+        """Current demand; missing (NaN, with a reason) rather than 0; SourceError when Prometheus fails."""
+        return self.source.scalar_now(self.demand_query, now, self.max_age,
+                                      freshness_query=self.freshness_query, combine=self.combine)
+
+    def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
+        """The ``window`` of completed ``step_seconds`` steps before ``now`` (gaps NaN, no length check)."""
+        if window <= timedelta(0):
+            raise SourceError(f"recent window must be positive, got {window}")
+        return pull_history(self.source, self.history_query, now - window, now, step_seconds,
+                            min_history=None, combine=self.combine, name=self.name)
+
+
+def _step(step: timedelta | int) -> int:
+    secs = step.total_seconds() if isinstance(step, timedelta) else float(step)
+    if not (secs >= 1 and secs == int(secs)):
+        raise DataError(f"history step {step!r} must be a whole number of seconds ≥ 1, e.g. 300")
+    return int(secs)
+
+
+def _epoch(when: datetime) -> float:
+    if when.tzinfo is None:
+        raise DataError(f"time {when!r} has no timezone; pass timezone-aware UTC times")
+    return when.timestamp()
+
+
+def _dt(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)

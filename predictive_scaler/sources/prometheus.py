@@ -1,0 +1,414 @@
+"""Read metrics from Prometheus's HTTP API, and say plainly when the answer cannot be trusted.
+
+The known way autoscalers go wrong on Prometheus is to read "no answer" as
+"no demand": an empty result, a NaN, a frozen exporter or a partial response
+turned into 0 and the workload scaled to zero. Here none of those becomes a
+number: :meth:`PrometheusSource.scalar_now` returns a :class:`DemandSample`
+whose value is NaN with the reason it is missing, or raises
+:class:`~predictive_scaler.errors.SourceError` (the reconciler holds either way).
+
+We speak HTTP with ``requests`` rather than through prometheus-api-client's
+``custom_query``: the client drops the response's ``warnings`` (partial data)
+and retries with real, unbounded ``time.sleep`` inside urllib3, which we need
+to own (injected sleep, bounded attempts, errors mapped to SourceError).
+
+Facts this relies on (measured on Prometheus 2.42, DESIGN.md §4):
+
+- a range query returns at most 11,000 points per series, counted as
+  ``(end - start) / step``; longer ranges are split into chunks, the next one
+  starting at the previous end + step;
+- an instant query returns the evaluation time, not the sample's time; the
+  sample's own time comes from ``timestamp(<selector>)``, which is how
+  staleness is checked (``freshness_query``);
+- 400 ``bad_data`` / 422 ``execution`` are the query's fault (do not retry);
+  503 ``timeout``, other 5xx, 429 and connection failures are retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+import requests
+
+from predictive_scaler.clock import Clock, SystemClock
+from predictive_scaler.errors import SourceError
+
+log = logging.getLogger(__name__)
+
+#: Prometheus refuses range queries of more than this many points per series.
+MAX_POINTS_PER_SERIES = 11_000
+
+Combine = Literal["error", "sum"]
+
+
+class PartialDataError(SourceError):
+    """Prometheus answered with ``warnings``: the data may be incomplete (e.g. a remote store failed).
+
+    ``warnings`` holds Prometheus's messages; ``samples`` what came back anyway.
+    """
+
+    def __init__(self, message: str, *, warnings: Sequence[str], samples: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.warnings = tuple(warnings)
+        self.samples = tuple(samples)
+
+
+class DuplicateSeriesError(SourceError):
+    """A query meant to give one number returned several series."""
+
+
+@dataclass(frozen=True)
+class DemandSample:
+    """The demand observed now. ``value`` is NaN when missing — never 0 in its place.
+
+    ``observed_at`` is when the newest sample behind ``value`` was taken (the
+    query's evaluation time when no freshness query says otherwise); None when
+    nothing was observed. ``missing_reason`` says why ``value`` is NaN.
+    """
+
+    value: float
+    observed_at: datetime | None
+    missing_reason: str = ""
+
+    @property
+    def missing(self) -> bool:
+        return not math.isfinite(self.value)
+
+    @classmethod
+    def absent(cls, reason: str, observed_at: datetime | None = None) -> DemandSample:
+        return cls(value=math.nan, observed_at=observed_at, missing_reason=reason)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One element of an instant vector (or the single value of a scalar result)."""
+
+    labels: Mapping[str, str]
+    value: float
+    timestamp: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range query: evaluation times (epoch seconds) and values (NaN kept)."""
+
+    labels: Mapping[str, str]
+    timestamps: np.ndarray
+    values: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        for name in ("timestamps", "values"):
+            arr = np.array(getattr(self, name), dtype=float, copy=True)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """What a query returned, with Prometheus's warnings (non-empty means partial data)."""
+
+    samples: tuple[Any, ...]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped)."""
+
+    retries: int = 3
+    backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+            raise SourceError("retry settings must not be negative; use retries=0 to disable retries")
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_backoff_seconds, self.backoff_seconds * (2**attempt)))
+
+
+class _Retryable(Exception):
+    """Internal: a failure worth another attempt."""
+
+
+@dataclass
+class PrometheusSource:
+    """A Prometheus HTTP API endpoint (``url`` like ``http://prometheus:9090``).
+
+    ``timeout`` bounds one HTTP call and is also sent as the query's server-side
+    timeout; ``retries``/``backoff_seconds`` decide how often a connection
+    error, timeout, 429 or 5xx is retried; ``sleep`` and ``clock`` are injected
+    so tests neither wait nor depend on the wall clock.
+    """
+
+    url: str
+    timeout: float = 10.0
+    retries: int = 3
+    backoff_seconds: float = 0.5
+    max_points_per_series: int = MAX_POINTS_PER_SERIES
+    headers: Mapping[str, str] = field(default_factory=dict)
+    clock: Clock = field(default_factory=SystemClock)
+    sleep: Callable[[float], None] = time.sleep
+    session: requests.Session = field(default_factory=requests.Session)
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise SourceError(f"Prometheus URL {self.url!r} must start with http:// or https://, e.g. "
+                              "http://prometheus-operated.monitoring:9090")
+        self.url = self.url.rstrip("/")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise SourceError(f"Prometheus timeout must be a positive number of seconds, got {self.timeout!r}")
+        if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
+            raise SourceError(f"max_points_per_series must be in 2..{MAX_POINTS_PER_SERIES}, "
+                              f"got {self.max_points_per_series}")
+        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds)
+        #: HTTP calls made (attempts included) — for tests and benchmarks.
+        self.requests_made = 0
+
+    # -- queries --------------------------------------------------------------------------------
+    def query(self, query: str, at: datetime) -> QueryResult:
+        """Instant query at ``at``; warnings are returned, not raised."""
+        data, warns = self._get("query", {"query": query, "time": _epoch(at)}, query)
+        result_type = data.get("resultType")
+        result = data.get("result")
+        if result_type == "vector":
+            samples = tuple(_instant_sample(item, query) for item in _as_list(result, query))
+        elif result_type == "scalar":
+            samples = (_sample_from_pair({}, result, query),)
+        else:
+            raise SourceError(f"query {query!r} returned a {result_type!r}, not a number or an instant "
+                              "vector; write a query that yields numbers, e.g. sum(rate(x[5m]))")
+        return QueryResult(samples=samples, warnings=warns)
+
+    def instant(self, query: str, at: datetime, *, allow_partial: bool = False) -> list[Sample]:
+        """Instant vector at ``at``; raises :class:`PartialDataError` on warnings unless ``allow_partial``."""
+        res = self.query(query, at)
+        _check_partial(res, query, allow_partial)
+        return list(res.samples)
+
+    def range(self, query: str, start: datetime, end: datetime, step: timedelta | int,
+              *, allow_partial: bool = False) -> list[RangeSeries]:
+        """Range query over [start, end], split into chunks of at most ``max_points_per_series`` points.
+
+        Series are merged across chunks by label set, in order of first appearance.
+        """
+        step_s = _step_seconds(step)
+        t0, t1 = _epoch(start), _epoch(end)
+        if t1 < t0:
+            raise SourceError(f"range query {query!r}: end {end} is before start {start}; swap them")
+        span = (self.max_points_per_series - 1) * step_s
+        merged: dict[tuple[tuple[str, str], ...], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        labels_of: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+        warns: list[str] = []
+        chunk_start = t0
+        while chunk_start <= t1:
+            chunk_end = min(t1, chunk_start + span)
+            data, w = self._get("query_range", {"query": query, "start": chunk_start,
+                                                "end": chunk_end, "step": step_s}, query)
+            warns.extend(w)
+            if data.get("resultType") != "matrix":
+                raise SourceError(f"range query {query!r} returned a {data.get('resultType')!r}, not a "
+                                  "matrix; write a query that yields an instant vector")
+            for item in _as_list(data.get("result"), query):
+                labels, ts, vals = _range_item(item, query)
+                key = tuple(sorted(labels.items()))
+                labels_of.setdefault(key, labels)
+                parts = merged.setdefault(key, ([], []))
+                parts[0].append(ts)
+                parts[1].append(vals)
+            chunk_start = chunk_end + step_s
+        series = [RangeSeries(labels=labels_of[k], timestamps=np.concatenate(t), values=np.concatenate(v))
+                  for k, (t, v) in merged.items()]
+        _check_partial(QueryResult(tuple(series), tuple(dict.fromkeys(warns))), query, allow_partial)
+        return series
+
+    def scalar_now(
+        self,
+        query: str,
+        now: datetime,
+        max_age: timedelta,
+        *,
+        freshness_query: str | None = None,
+        combine: Combine = "error",
+    ) -> DemandSample:
+        """One number for ``now``, or a DemandSample marked missing — never a 0 in place of no data.
+
+        - no series → missing ("no data"), NaN or ±Inf → missing;
+        - several series → :class:`DuplicateSeriesError` (aggregate in PromQL with ``sum(…)`` or
+          ``sum by (…)``), unless ``combine="sum"`` asks for their sum; a NaN in any series
+          makes the sum missing, since a partial sum would read as a drop in demand;
+        - ``warnings`` in the response → :class:`PartialDataError` (a SourceError);
+        - ``freshness_query`` (e.g. ``min(timestamp(DCGM_FI_DEV_GPU_UTIL{…}))``) gives the
+          age of the oldest sample behind the value; older than ``max_age`` → missing
+          (stale, e.g. a frozen exporter). Without it, staleness is only what Prometheus
+          enforces itself (5-minute lookback) and ``observed_at`` is ``now``.
+        """
+        if max_age <= timedelta(0):
+            raise SourceError(f"max_age must be positive, got {max_age}; e.g. 2 minutes")
+        res = self.query(query, now)
+        _check_partial(res, query, allow_partial=False)
+        samples: tuple[Sample, ...] = res.samples
+        if not samples:
+            return DemandSample.absent(f"query {query!r} returned no series at {now.isoformat()}")
+        if len(samples) > 1 and combine != "sum":
+            shown = "; ".join(_format_labels(s.labels) for s in samples[:4])
+            raise DuplicateSeriesError(
+                f"query {query!r} returned {len(samples)} series ({shown}) where one number was "
+                "expected; aggregate them in the query with sum(…) or sum by (…), or ask for their sum")
+        values = [s.value for s in samples]
+        if not all(math.isfinite(v) for v in values):
+            return DemandSample.absent(f"query {query!r} returned a non-finite value {values} at "
+                                       f"{now.isoformat()}")
+        value = float(sum(values))
+        observed_at = _utc(now)
+        if freshness_query is not None:
+            fresh = self.query(freshness_query, now)
+            _check_partial(fresh, freshness_query, allow_partial=False)
+            stamps = [s.value for s in fresh.samples if math.isfinite(s.value)]
+            if not stamps:
+                return DemandSample.absent(
+                    f"freshness query {freshness_query!r} returned no sample time at {now.isoformat()}")
+            observed_at = datetime.fromtimestamp(min(stamps), UTC)
+        age = _utc(now) - observed_at
+        if age > max_age:
+            return DemandSample.absent(
+                f"query {query!r}: newest data is {age.total_seconds():.0f}s old (> {max_age.total_seconds():.0f}s); "
+                "the exporter or scrape may be stuck — check its targets page", observed_at=observed_at)
+        return DemandSample(value=value, observed_at=observed_at)
+
+    # -- HTTP -----------------------------------------------------------------------------------
+    def _get(self, endpoint: str, params: dict[str, Any], query: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+        url = f"{self.url}/api/v1/{endpoint}"
+        params = {**params, "timeout": f"{self.timeout:g}s"}
+        last: Exception | None = None
+        for attempt in range(self._retry.retries + 1):
+            if attempt:
+                self.sleep(self._retry.delay(attempt - 1))
+            try:
+                return self._get_once(url, params, query)
+            except _Retryable as exc:
+                last = exc
+                log.warning("prometheus %s attempt %d/%d failed: %s", endpoint, attempt + 1,
+                            self._retry.retries + 1, exc)
+        assert last is not None
+        raise SourceError(
+            f"Prometheus at {self.url} failed {self._retry.retries + 1} times for {query!r}: {last}; "
+            "check that it is up and reachable (its /-/ready endpoint), or raise the timeout"
+        ) from last.__cause__ or last
+
+    def _get_once(self, url: str, params: dict[str, Any], query: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+        self.requests_made += 1
+        try:
+            resp = self.session.get(url, params=params, headers=dict(self.headers), timeout=self.timeout)
+        except requests.Timeout as exc:
+            raise _Retryable(f"no answer within {self.timeout:g}s") from exc
+        except requests.ConnectionError as exc:
+            raise _Retryable(f"cannot connect ({type(exc).__name__})") from exc
+        except requests.RequestException as exc:
+            raise SourceError(f"request to {url} failed: {exc}; check the Prometheus URL") from exc
+        body = _json_body(resp)
+        if resp.status_code == 429 or resp.status_code >= 500:
+            reason = (body or {}).get("error") or resp.reason
+            raise _Retryable(f"HTTP {resp.status_code} ({reason})")
+        if body is None:
+            raise SourceError(
+                f"{url} answered HTTP {resp.status_code} with a body that is not Prometheus JSON "
+                f"({resp.text[:120]!r}); check that the URL points at Prometheus, not a proxy or UI")
+        if resp.status_code != 200 or body.get("status") != "success":
+            kind = body.get("errorType", f"HTTP {resp.status_code}")
+            raise SourceError(f"Prometheus refused {query!r}: {kind}: {body.get('error', resp.reason)}; "
+                              "fix the query (try it in the Prometheus UI)")
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise SourceError(f"Prometheus answered {query!r} without a data object; is {self.url} Prometheus?")
+        warns = body.get("warnings") or []
+        return data, tuple(str(w) for w in warns)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _json_body(resp: requests.Response) -> dict[str, Any] | None:
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _check_partial(res: QueryResult, query: str, allow_partial: bool) -> None:
+    if res.warnings and not allow_partial:
+        raise PartialDataError(
+            f"Prometheus answered {query!r} with warnings, so the data may be partial: "
+            f"{'; '.join(res.warnings)}; fix the failing store or pass allow_partial=True to accept it",
+            warnings=res.warnings, samples=res.samples)
+    if res.warnings:
+        log.warning("partial data for %r: %s", query, "; ".join(res.warnings))
+
+
+def _as_list(result: Any, query: str) -> list[Any]:
+    if not isinstance(result, list):
+        raise SourceError(f"Prometheus answered {query!r} with a malformed result; is this Prometheus?")
+    return result
+
+
+def _parse_value(raw: Any, query: str) -> float:
+    try:
+        return float(raw)  # Prometheus writes "NaN", "+Inf", "-Inf" — float() reads them all
+    except (TypeError, ValueError) as exc:
+        raise SourceError(f"Prometheus answered {query!r} with a non-numeric value {raw!r}") from exc
+
+
+def _sample_from_pair(labels: Mapping[str, str], pair: Any, query: str) -> Sample:
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        raise SourceError(f"Prometheus answered {query!r} with a malformed sample {pair!r}")
+    ts = datetime.fromtimestamp(_parse_value(pair[0], query), UTC)
+    return Sample(labels=labels, value=_parse_value(pair[1], query), timestamp=ts)
+
+
+def _instant_sample(item: Any, query: str) -> Sample:
+    if not isinstance(item, dict) or "value" not in item:
+        raise SourceError(f"Prometheus answered {query!r} with a malformed vector element "
+                          "(native histograms are not supported; query a float series)")
+    return _sample_from_pair(dict(item.get("metric") or {}), item["value"], query)
+
+
+def _range_item(item: Any, query: str) -> tuple[dict[str, str], np.ndarray, np.ndarray]:
+    if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+        raise SourceError(f"Prometheus answered {query!r} with a malformed matrix element "
+                          "(native histograms are not supported; query a float series)")
+    pairs = item["values"]
+    ts = np.array([_parse_value(p[0], query) for p in pairs], dtype=float)
+    vals = np.array([_parse_value(p[1], query) for p in pairs], dtype=float)
+    return dict(item.get("metric") or {}), ts, vals
+
+
+def _format_labels(labels: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _utc(when: datetime) -> datetime:
+    if when.tzinfo is None:
+        raise SourceError(f"time {when!r} has no timezone; pass timezone-aware UTC times")
+    return when.astimezone(UTC)
+
+
+def _epoch(when: datetime) -> float:
+    return _utc(when).timestamp()
+
+
+def _step_seconds(step: timedelta | int) -> int:
+    secs = step.total_seconds() if isinstance(step, timedelta) else float(step)
+    if not (secs >= 1 and secs == int(secs)):
+        raise SourceError(f"query step {step!r} must be a whole number of seconds ≥ 1, e.g. 60 or 300")
+    return int(secs)
