@@ -1,0 +1,501 @@
+"""Prophet as the seasonal part, with a short autoregression that uses the latest observations.
+
+DESIGN.md §3: Prophet's default collapses on request traces; on a log1p scale
+with ``changepoint_prior_scale≈0.001`` and daily + weekly seasonality it is a
+decent seasonal curve but ignores recent observations, so alone it loses to
+persistence 10–30 minutes ahead. The fitted model here is therefore two parts:
+
+* the deterministic Prophet curve ``f(t)`` (piecewise-linear trend + Fourier
+  seasonalities, on log1p of the demand), fitted once by Prophet/Stan;
+* an AR(p) with mean on the residual ``r(t) = log1p(y(t)) − f(t)``, which pulls
+  the forecast towards what was just observed and decays back to the curve
+  over the horizon.
+
+Quantiles come from the empirical distribution of the in-sample h-step errors
+of that residual model, per horizon step, stored on a fixed probability grid.
+
+The artifact stores the parameters needed to evaluate ``f(t)`` ourselves (trend
+k, m, changepoints and deltas, seasonality betas, scales) — not Prophet's own
+serialisation — so a forecast needs neither Prophet nor Stan, takes well under
+a millisecond of arithmetic, and survives a Prophet upgrade. A test checks this
+evaluation against ``Prophet.predict``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from predictive_scaler.errors import ModelError
+from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
+from predictive_scaler.series import Series
+
+#: Probabilities at which the per-step error distribution is stored; other quantiles interpolate.
+ERROR_PROBABILITIES: tuple[float, ...] = tuple(
+    sorted({0.001, 0.005, 0.025, 0.975, 0.995, 0.999, *(round(p / 100, 2) for p in range(1, 100))})
+)
+
+_SECONDS_PER_DAY = 86400.0
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ProphetSettings:
+    """How the Prophet part is fitted. Defaults follow DESIGN.md §3."""
+
+    #: Prophet's trend flexibility; its default 0.05 chases bursts and collapses the trend.
+    changepoint_prior_scale: float = 0.001
+    #: Fourier orders; 10/5 resolve a morning peak and a weekend shape at 5-min resolution.
+    daily_order: int = 10
+    weekly_order: int = 5
+    #: Horizon, as a duration, up to which per-step error quantiles are stored (beyond: the last row).
+    error_horizon_seconds: int = 2 * 3600
+    #: The residual correction trusts observations at most this old; older → the Prophet curve alone.
+    #: A longer gap in the history also restarts the correction's state.
+    max_gap_seconds: int = 3600
+    #: Steps of recent data the correction re-filters at each forecast (its state is a cache of these).
+    warmup_steps: int = 48
+
+    def __post_init__(self) -> None:
+        if not (self.changepoint_prior_scale > 0 and math.isfinite(self.changepoint_prior_scale)):
+            raise ModelError("prophet: changepoint_prior_scale must be a positive number, e.g. 0.001")
+        if self.daily_order < 1 or self.weekly_order < 1:
+            raise ModelError("prophet: daily_order and weekly_order must be at least 1")
+        if self.error_horizon_seconds <= 0 or self.max_gap_seconds < 0 or self.warmup_steps < 1:
+            raise ModelError("prophet: error_horizon_seconds must be positive, max_gap_seconds non-negative")
+
+
+def _quiet_stan_logging() -> None:
+    # cmdstanpy logs two INFO lines per fit and prophet.plot an ERROR when plotly is
+    # absent; neither is actionable for a user of this tool.
+    # cmdstanpy installs its own INFO handler lazily unless the logger already has one.
+    logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)
+    logging.getLogger("prophet").setLevel(logging.WARNING)
+    stan = logging.getLogger("cmdstanpy")
+    if not any(isinstance(h, logging.NullHandler) for h in stan.handlers):
+        stan.addHandler(logging.NullHandler())
+    stan.setLevel(logging.WARNING)
+
+
+def _epoch_seconds(times: pd.DatetimeIndex) -> np.ndarray:
+    return np.asarray(times.as_unit("ns").asi8, dtype=np.int64) / _NS
+
+
+class ProphetForecaster:
+    """Fits Prophet on log1p(history) at the history's own step, then the residual AR."""
+
+    kind = "prophet"
+
+    def __init__(self, settings: ProphetSettings | None = None, **options: Any) -> None:
+        self.settings = settings or ProphetSettings(**options)
+
+    def fit(self, history: Series) -> ProphetModel:
+        s = self.settings
+        finite = np.isfinite(history.values)
+        if finite.sum() < 2 * 86400 // history.step_seconds:
+            raise ModelError(
+                f"prophet: {history.name!r} has {int(finite.sum())} observed steps; it needs at least "
+                "two days of observations (14 days recommended) — give a longer trace"
+            )
+        _quiet_stan_logging()
+        try:
+            from prophet import Prophet
+        except ImportError as exc:  # pragma: no cover - prophet is a hard dependency
+            raise ModelError("prophet is not installed; `pip install prophet`") from exc
+
+        times = history.timestamps()
+        y = np.log1p(history.values)
+        frame = pd.DataFrame({"ds": times.tz_localize(None)[finite], "y": y[finite]})
+        model = Prophet(
+            growth="linear",
+            changepoint_prior_scale=s.changepoint_prior_scale,
+            yearly_seasonality=False,
+            weekly_seasonality=s.weekly_order,
+            daily_seasonality=s.daily_order,
+            uncertainty_samples=0,
+        )
+        try:
+            with warnings.catch_warnings():
+                # Prophet's own pandas deprecation notices are not the user's to act on.
+                warnings.filterwarnings("ignore", category=FutureWarning, module="prophet")
+                warnings.filterwarnings("ignore", category=DeprecationWarning, module="prophet")
+                model.fit(frame)
+        except Exception as exc:  # Stan/cmdstanpy raise RuntimeError, ValueError …
+            raise ModelError(f"prophet: fitting {history.name!r} failed ({exc}); check the trace for long flat or empty stretches") from exc
+
+        curve = _curve_from_prophet(model)
+        fitted = curve.evaluate(_epoch_seconds(times))
+        residual = y - fitted  # NaN where unobserved
+        phi, theta = _fit_arima(residual)
+        max_gap = s.max_gap_seconds // history.step_seconds
+        h_max = max(1, math.ceil(s.error_horizon_seconds / history.step_seconds))
+        errors = _error_quantiles(residual, phi, theta, max_gap, h_max)
+        return ProphetModel(
+            step_seconds=history.step_seconds,
+            curve=curve,
+            phi=phi,
+            theta=theta,
+            error_quantiles=errors,
+            max_gap_steps=max_gap,
+            warmup_steps=s.warmup_steps,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ProphetCurve:
+    """Prophet's deterministic additive curve on log1p scale: scaled trend + seasonalities, × y_scale."""
+
+    start_epoch: float
+    t_scale_seconds: float
+    y_scale: float
+    k: float
+    m: float
+    changepoints_t: np.ndarray
+    deltas: np.ndarray
+    #: (period in days, fourier order, betas[2*order]) per seasonality, in Prophet's column order.
+    seasonalities: tuple[tuple[float, int, np.ndarray], ...]
+
+    def evaluate(self, epoch_seconds: np.ndarray) -> np.ndarray:
+        t = (np.asarray(epoch_seconds, dtype=float) - self.start_epoch) / self.t_scale_seconds
+        active = self.changepoints_t[None, :] <= t[:, None]
+        k_t = self.k + (active * self.deltas).sum(axis=1)
+        m_t = self.m - (active * self.deltas * self.changepoints_t).sum(axis=1)
+        total = k_t * t + m_t
+        days = np.asarray(epoch_seconds, dtype=float) / _SECONDS_PER_DAY
+        for period, order, betas in self.seasonalities:
+            n = np.arange(1, order + 1)
+            angle = 2.0 * np.pi * days[:, None] * n[None, :] / period
+            # Prophet interleaves columns sin(1), cos(1), sin(2), cos(2) …
+            total = total + np.sin(angle) @ betas[0::2] + np.cos(angle) @ betas[1::2]
+        return np.asarray(total * self.y_scale)
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "start_epoch": self.start_epoch,
+            "t_scale_seconds": self.t_scale_seconds,
+            "y_scale": self.y_scale,
+            "k": self.k,
+            "m": self.m,
+            "changepoints_t": [float(x) for x in self.changepoints_t],
+            "deltas": [float(x) for x in self.deltas],
+            "seasonalities": [
+                {"period_days": p, "fourier_order": o, "betas": [float(b) for b in betas]}
+                for p, o, betas in self.seasonalities
+            ],
+        }
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, Any]) -> ProphetCurve:
+        cps = _floats(p, "changepoints_t")
+        deltas = _floats(p, "deltas")
+        if cps.shape != deltas.shape:
+            raise ModelError(f"prophet artifact: {cps.size} changepoints but {deltas.size} deltas; retrain the model")
+        seas = []
+        raw = p.get("seasonalities")
+        if not isinstance(raw, list):
+            raise ModelError("prophet artifact: 'seasonalities' must be a list; retrain the model")
+        for item in raw:
+            if not isinstance(item, Mapping):
+                raise ModelError("prophet artifact: each seasonality must be an object; retrain the model")
+            order = item.get("fourier_order")
+            if not isinstance(order, int) or isinstance(order, bool) or order < 1:
+                raise ModelError("prophet artifact: a seasonality's fourier_order must be a positive integer")
+            betas = _floats(item, "betas")
+            if betas.size != 2 * order:
+                raise ModelError(
+                    f"prophet artifact: seasonality of order {order} needs {2 * order} betas, has {betas.size}"
+                )
+            seas.append((_positive(item, "period_days"), order, betas))
+        return cls(
+            start_epoch=_finite(p, "start_epoch"),
+            t_scale_seconds=_positive(p, "t_scale_seconds"),
+            y_scale=_positive(p, "y_scale"),
+            k=_finite(p, "k"),
+            m=_finite(p, "m"),
+            changepoints_t=cps,
+            deltas=deltas,
+            seasonalities=tuple(seas),
+        )
+
+
+def _curve_from_prophet(model: Any) -> ProphetCurve:
+    if model.growth != "linear" or model.scaling != "absmax" or model.logistic_floor:
+        raise ModelError("prophet: only linear growth with absmax scaling is supported")
+    params = model.params
+    betas = np.asarray(params["beta"], dtype=float).mean(axis=0)
+    seas = []
+    col = 0
+    for props in model.seasonalities.values():
+        if props["mode"] != "additive" or props["condition_name"] is not None:
+            raise ModelError("prophet: only additive, unconditional seasonalities are supported")
+        width = 2 * int(props["fourier_order"])
+        seas.append((float(props["period"]), int(props["fourier_order"]), betas[col:col + width].copy()))
+        col += width
+    if col != betas.size:
+        raise ModelError("prophet: unexpected extra regressors or holidays in the fitted model")
+    return ProphetCurve(
+        start_epoch=pd.Timestamp(model.start).tz_localize(None).value / _NS,
+        t_scale_seconds=pd.Timedelta(model.t_scale).total_seconds(),
+        y_scale=float(model.y_scale),
+        k=float(np.mean(params["k"])),
+        m=float(np.mean(params["m"])),
+        changepoints_t=np.asarray(model.changepoints_t, dtype=float).copy(),
+        deltas=np.asarray(params["delta"], dtype=float).mean(axis=0),
+        seasonalities=tuple(seas),
+    )
+
+
+# -- the residual correction: ARIMA(1,1,1) on the log residual --------------------------------
+#
+# Why integrated: Prophet's stiff trend (needed so it does not collapse) lags real level
+# changes for days — on NASA-HTTP the residual sits at +0.5 for most of August. A
+# mean-reverting AR pulls the forecast back to the stale curve within minutes and loses to
+# persistence; ARIMA(1,1,1) keeps the current (smoothed) level and adds the curve's shape.
+
+@dataclass(frozen=True)
+class _FilterState:
+    level: np.ndarray  # smoothed residual level after each step
+    diff: np.ndarray  # last difference
+    innov: np.ndarray  # last innovation
+    observed: np.ndarray  # bool: step was observed (state is anchored on data)
+
+
+def _filter(r: np.ndarray, phi: float, theta: float, reset_after: int) -> _FilterState:
+    """One forward pass of the ARIMA(1,1,1) recursion over ``r`` (NaN = unobserved).
+
+    A missing step is replaced by its prediction (innovation 0). After a gap longer than
+    ``reset_after`` steps the first observation restarts the state: a jump across an outage
+    is not a difference the model should extrapolate.
+    """
+    n = r.size
+    level = np.full(n, np.nan)
+    diff = np.zeros(n)
+    innov = np.zeros(n)
+    observed = np.isfinite(r)
+    lv = math.nan
+    d = e = 0.0
+    gap = 0
+    for t in range(n):
+        v = r[t]
+        if observed[t]:
+            if math.isnan(lv) or gap > reset_after:
+                lv, d, e = float(v), 0.0, 0.0
+            else:
+                pred = phi * d + theta * e
+                d = float(v) - lv
+                e = d - pred
+                lv = float(v)
+            gap = 0
+        elif not math.isnan(lv):
+            d = phi * d + theta * e
+            e = 0.0
+            lv += d
+            gap += 1
+        level[t], diff[t], innov[t] = lv, d, e
+    return _FilterState(level, diff, innov, observed)
+
+
+def _paths(level: np.ndarray, diff: np.ndarray, innov: np.ndarray, phi: float, theta: float,
+           steps: int) -> np.ndarray:
+    """h-step residual predictions for many origins at once: out[n, steps]."""
+    out = np.empty((level.size, steps))
+    d = phi * diff + theta * innov
+    lv = level.copy()
+    for h in range(steps):
+        lv = lv + d
+        out[:, h] = lv
+        d = phi * d
+    return out
+
+
+def _fit_arima(residual: np.ndarray) -> tuple[float, float]:
+    """Maximum-likelihood (phi, theta) of ARIMA(1,1,1) on the residual; NaN gaps handled by Kalman."""
+    from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # convergence chatter; the result is checked below
+            res = SARIMAX(residual, order=(1, 1, 1)).fit(disp=False, maxiter=100)
+        phi, theta = float(res.params[0]), float(res.params[1])
+    except (np.linalg.LinAlgError, ValueError) as exc:
+        raise ModelError(f"prophet: the residual ARIMA(1,1,1) failed to fit ({exc}); check the trace for long constant stretches") from exc
+    if not (math.isfinite(phi) and math.isfinite(theta)) or abs(phi) >= 1 or abs(theta) >= 1:
+        return 0.0, 0.0  # random walk on the residual: always stable, never explosive
+    return phi, theta
+
+
+def _error_quantiles(residual: np.ndarray, phi: float, theta: float, reset_after: int,
+                     h_max: int) -> np.ndarray:
+    """Empirical quantiles of the in-sample h-step error of the residual model, h = 1..h_max."""
+    r = np.asarray(residual, dtype=float)
+    st = _filter(r, phi, theta, reset_after)
+    origins = np.flatnonzero(st.observed)
+    probs = np.asarray(ERROR_PROBABILITIES)
+    preds = _paths(st.level[origins], st.diff[origins], st.innov[origins], phi, theta, h_max)
+    table = np.empty((h_max, probs.size))
+    previous: np.ndarray | None = None
+    for h in range(h_max):
+        idx = origins + h + 1
+        valid = idx < r.size
+        err = r[idx[valid]] - preds[valid, h]
+        err = err[np.isfinite(err)]
+        if err.size >= 20:
+            previous = np.quantile(err, probs)
+        elif previous is None:
+            # Too few errors to estimate anything: fall back on the residual's own spread.
+            spread = r[np.isfinite(r)] - np.nanmean(r) if np.isfinite(r).any() else np.zeros(1)
+            previous = np.quantile(spread, probs)
+        table[h] = previous
+    # np.quantile is monotone already; this guards against rounding so quantiles never cross.
+    return np.asarray(np.maximum.accumulate(table, axis=1))
+
+
+# -- the fitted model -------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class ProphetModel(FittedModel):
+    kind: ClassVar[str] = "prophet"
+    step_seconds: int
+    curve: ProphetCurve
+    #: ARIMA(1,1,1) on the log residual: AR and MA coefficients of its differences.
+    phi: float
+    theta: float
+    #: error_quantiles[h-1, j]: quantile ERROR_PROBABILITIES[j] of the h-step log-scale error.
+    error_quantiles: np.ndarray
+    max_gap_steps: int
+    warmup_steps: int
+
+    def seasonal_curve(self, times: pd.DatetimeIndex) -> np.ndarray:
+        """Prophet's fitted value (log1p scale) at ``times``."""
+        return self.curve.evaluate(_epoch_seconds(times))
+
+    def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+        qs = check_quantiles(quantiles)
+        if horizon_steps < 1:
+            raise ModelError(f"prophet: horizon must be at least one step, got {horizon_steps}")
+        if len(recent) == 0:
+            raise ModelError("prophet: no recent observations given; pass at least the last step's time")
+        if recent.step_seconds != self.step_seconds:
+            if recent.step_seconds < self.step_seconds and self.step_seconds % recent.step_seconds == 0:
+                recent = recent.resample(self.step_seconds)
+            else:
+                raise ModelError(
+                    f"prophet: model works at {self.step_seconds}s steps but recent data is at "
+                    f"{recent.step_seconds}s; resample it to the model's step"
+                )
+        window = recent.tail(self.max_gap_steps + self.warmup_steps)
+        times = window.timestamps()
+        step = pd.Timedelta(seconds=self.step_seconds)
+        future = pd.date_range(times[-1] + step, periods=horizon_steps, freq=step)
+        curve = self.curve.evaluate(np.concatenate([_epoch_seconds(times), _epoch_seconds(future)]))
+        residual = np.log1p(window.values) - curve[: len(window)]
+        observed = np.flatnonzero(np.isfinite(residual))
+        age = len(window) - 1 - int(observed[-1]) if observed.size else len(window)
+        if age > self.max_gap_steps:
+            # Nothing recent to correct with: the seasonal curve alone, with the widest errors.
+            centre = curve[len(window):]
+            rows = np.full(horizon_steps, self.error_quantiles.shape[0] - 1)
+        else:
+            st = _filter(residual, self.phi, self.theta, self.max_gap_steps)
+            path = _paths(st.level[-1:], st.diff[-1:], st.innov[-1:], self.phi, self.theta, horizon_steps)[0]
+            centre = curve[len(window):] + path
+            rows = np.minimum(np.arange(horizon_steps) + age, self.error_quantiles.shape[0] - 1)
+        probs = np.asarray(ERROR_PROBABILITIES)
+        err = np.array([[np.interp(q, probs, self.error_quantiles[r]) for r in rows] for q in qs])
+        values = np.expm1(np.clip(centre[None, :] + err, -50.0, 700.0))
+        return Forecast(
+            issued_at=recent.last_time,
+            step_seconds=self.step_seconds,
+            quantiles=qs,
+            values=values,
+            model=self.kind,
+        )
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "step_seconds": self.step_seconds,
+            "transform": "log1p",
+            "curve": self.curve.to_params(),
+            "phi": self.phi,
+            "theta": self.theta,
+            "error_probabilities": list(ERROR_PROBABILITIES),
+            "error_quantiles": [[float(v) for v in row] for row in self.error_quantiles],
+            "max_gap_steps": self.max_gap_steps,
+            "warmup_steps": self.warmup_steps,
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ProphetModel:
+        if not isinstance(params, Mapping):
+            raise ModelError("prophet artifact: parameters must be a JSON object; retrain the model")
+        if params.get("transform") != "log1p":
+            raise ModelError(f"prophet artifact: unknown transform {params.get('transform')!r}; retrain the model")
+        step = params.get("step_seconds")
+        if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+            raise ModelError("prophet artifact: step_seconds must be a positive integer; retrain the model")
+        gap = params.get("max_gap_steps")
+        if not isinstance(gap, int) or isinstance(gap, bool) or gap < 0:
+            raise ModelError("prophet artifact: max_gap_steps must be a non-negative integer; retrain the model")
+        curve = params.get("curve")
+        if not isinstance(curve, Mapping):
+            raise ModelError("prophet artifact: 'curve' must be an object; retrain the model")
+        probs = _floats(params, "error_probabilities")
+        if probs.shape != (len(ERROR_PROBABILITIES),) or not np.allclose(probs, ERROR_PROBABILITIES):
+            raise ModelError("prophet artifact: error probabilities differ from this version's grid; retrain the model")
+        raw = params.get("error_quantiles")
+        if not isinstance(raw, list) or not raw:
+            raise ModelError("prophet artifact: 'error_quantiles' must be a non-empty list; retrain the model")
+        table = np.array([_float_list(row, "error_quantiles") for row in raw], dtype=float) if all(
+            isinstance(row, list) for row in raw) else None
+        if table is None or table.ndim != 2 or table.shape[1] != probs.size:
+            raise ModelError("prophet artifact: 'error_quantiles' rows must match the probability grid")
+        warmup = params.get("warmup_steps")
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 1:
+            raise ModelError("prophet artifact: warmup_steps must be a positive integer; retrain the model")
+        phi, theta = _finite(params, "phi"), _finite(params, "theta")
+        if abs(phi) >= 1 or abs(theta) >= 1:
+            raise ModelError("prophet artifact: phi and theta must lie in (-1, 1); retrain the model")
+        return cls(
+            step_seconds=step,
+            curve=ProphetCurve.from_params(curve),
+            phi=phi,
+            theta=theta,
+            error_quantiles=table,
+            max_gap_steps=gap,
+            warmup_steps=warmup,
+        )
+
+
+# -- parameter validation -----------------------------------------------------------------------
+
+def _finite(p: Mapping[str, Any], key: str) -> float:
+    v = p.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ModelError(f"prophet artifact: {key!r} must be a finite number, got {v!r}; retrain the model")
+    return float(v)
+
+
+def _positive(p: Mapping[str, Any], key: str) -> float:
+    v = _finite(p, key)
+    if v <= 0:
+        raise ModelError(f"prophet artifact: {key!r} must be positive, got {v}; retrain the model")
+    return v
+
+
+def _float_list(v: Any, key: str) -> list[float]:
+    if not isinstance(v, list) or any(
+        isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) for x in v
+    ):
+        raise ModelError(f"prophet artifact: {key!r} must be a list of finite numbers; retrain the model")
+    return [float(x) for x in v]
+
+
+def _floats(p: Mapping[str, Any], key: str) -> np.ndarray:
+    return np.asarray(_float_list(p.get(key), key), dtype=float)
