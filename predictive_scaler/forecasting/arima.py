@@ -1,0 +1,248 @@
+"""Two-stage ARIMA: harmonic regression for the daily/weekly shape, a short ARIMA for the rest.
+
+Stage 1 is least squares of ``log(x + c)`` on ``[1, t, daily Fourier (K=10),
+weekly Fourier (K=5)]``: seasonal ARIMA with a 288-step season is far too slow
+(DESIGN.md §3), Fourier terms are instant. Stage 2 is a short ARIMA (default
+(2,0,1), chosen by measurement: it keeps the recent level, and after a long gap
+reverts to the seasonal profile rather than to a stale level) fitted with
+statsmodels SARIMAX on the regression residual, ``concentrate_scale=False`` so
+the noise variance is a stored parameter rather than re-estimated from new points.
+
+Only parameters are kept (regression coefficients, ARIMA parameters, the log
+offset). A forecast re-filters the last day of residuals with those fixed
+parameters: cheap, deterministic, and derived only from the artifact and the
+observations, so a restarted controller gets the same forecast.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.stats import norm
+
+from predictive_scaler.errors import InsufficientHistoryError, ModelError
+from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, to_log
+from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins
+from predictive_scaler.series import Series
+
+DAY = 86400.0
+WEEK = 7 * DAY
+
+#: Default ARIMA order on the regression residual (measured on the shared traces).
+DEFAULT_ORDER = (2, 0, 1)
+#: Harmonics of the daily and weekly cycles.
+DAILY_HARMONICS = 10
+WEEKLY_HARMONICS = 5
+#: Weekly terms need more than a week of data to be told apart from the trend.
+WEEKLY_MIN_SPAN = 8 * DAY
+#: Ridge penalty keeping the regression stable when harmonics are nearly collinear.
+RIDGE = 1e-6
+
+
+def _design(times_seconds: np.ndarray, t_ref: float, daily_k: int, weekly_k: int) -> np.ndarray:
+    """Regressors at absolute epoch seconds, so phases do not depend on where a window starts."""
+    t = np.asarray(times_seconds, dtype=float)
+    cols = [np.ones_like(t), (t - t_ref) / WEEK]
+    for period, k_max in ((DAY, daily_k), (WEEK, weekly_k)):
+        phase = 2.0 * np.pi * (np.mod(t, period) / period)
+        for k in range(1, k_max + 1):
+            cols.append(np.sin(k * phase))
+            cols.append(np.cos(k * phase))
+    return np.column_stack(cols)
+
+
+def _time_invariant(matrix: Any) -> np.ndarray:
+    m = np.asarray(matrix, dtype=float)
+    return m[:, :, 0] if m.ndim == 3 else m
+
+
+def _epoch_seconds(series: Series) -> np.ndarray:
+    return series.start.timestamp() + series.step_seconds * np.arange(len(series), dtype=float)
+
+
+def _quiet_sarimax(endog: np.ndarray, order: tuple[int, int, int]) -> Any:
+    from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SARIMAX(endog, order=order, trend="n", concentrate_scale=False)
+
+
+@dataclass
+class ArimaForecaster:
+    """Fits :class:`ArimaModel`; ``order`` is the residual ARIMA's (p, d, q)."""
+
+    order: tuple[int, int, int] = DEFAULT_ORDER
+    daily_harmonics: int = DAILY_HARMONICS
+    weekly_harmonics: int = WEEKLY_HARMONICS
+    window: float = DAY
+    kind: ClassVar[str] = "arima"
+
+    def fit(self, history: Series) -> ArimaModel:
+        if history.span.total_seconds() < 2 * DAY:
+            raise InsufficientHistoryError(
+                f"{history.name}: ARIMA needs at least 2 days of history to see the daily cycle, got "
+                f"{history.span.total_seconds() / DAY:.1f}; supply a longer history"
+            )
+        steps_per_day = DAY / history.step_seconds
+        daily_k = int(min(self.daily_harmonics, max(1, steps_per_day // 2 - 1)))
+        weekly_k = self.weekly_harmonics if history.span.total_seconds() >= WEEKLY_MIN_SPAN else 0
+        c = choose_log_offset(history.values)
+        y = to_log(history.values, c)
+        y[~np.isfinite(history.values)] = np.nan
+        secs = _epoch_seconds(history)
+        t_ref = float(secs[-1])
+        x = _design(secs, t_ref, daily_k, weekly_k)
+        ok = np.isfinite(y)
+        if ok.sum() < x.shape[1] * 4:
+            raise InsufficientHistoryError(
+                f"{history.name}: only {int(ok.sum())} observed steps; ARIMA needs several days of "
+                "observations, not gaps"
+            )
+        xo = x[ok]
+        gram = xo.T @ xo + RIDGE * ok.sum() * np.eye(x.shape[1])
+        coef = np.linalg.solve(gram, xo.T @ y[ok])
+        resid = y - x @ coef
+        model = _quiet_sarimax(resid, self.order)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                res = model.fit(disp=False, maxiter=100)
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            raise ModelError(f"{history.name}: ARIMA{self.order} fit failed ({exc}); try another order") from exc
+        params = np.asarray(res.params, dtype=float)
+        if not np.all(np.isfinite(params)):
+            raise ModelError(f"{history.name}: ARIMA{self.order} fit gave non-finite parameters")
+        return ArimaModel(
+            step_seconds=history.step_seconds,
+            order=tuple(self.order),  # type: ignore[arg-type]
+            coef=tuple(float(v) for v in coef),
+            arima_params=tuple(float(v) for v in params),
+            daily_k=daily_k,
+            weekly_k=weekly_k,
+            t_ref=t_ref,
+            log_offset=c,
+            window=int(max(4, round(self.window / history.step_seconds))),
+        )
+
+
+@dataclass(frozen=True)
+class ArimaModel(WalkForwardModel):
+    step_seconds: int
+    order: tuple[int, int, int]
+    coef: tuple[float, ...]
+    arima_params: tuple[float, ...]
+    daily_k: int
+    weekly_k: int
+    t_ref: float
+    log_offset: float
+    window: int
+    kind: ClassVar[str] = "arima"
+
+    @property
+    def window_steps(self) -> int:
+        return self.window
+
+    def walk_forward(
+        self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        idx = check_origins(series, origins)
+        secs = _epoch_seconds(series)
+        coef = np.asarray(self.coef)
+        y = to_log(series.values, self.log_offset)
+        y[~np.isfinite(series.values)] = np.nan
+        resid = y - _design(secs, self.t_ref, self.daily_k, self.weekly_k) @ coef
+        last = int(idx.max()) + 1 if idx.size else 0
+        mean, var = self._residual_moments(resid[:last], idx, horizon_steps)
+        future = secs[idx][:, None] + self.step_seconds * np.arange(1, horizon_steps + 1)[None, :]
+        seasonal = (_design(future.ravel(), self.t_ref, self.daily_k, self.weekly_k) @ coef).reshape(future.shape)
+        sd = np.sqrt(np.maximum(var, 0.0))
+        z = norm.ppf(np.asarray(quantiles, dtype=float))
+        log_q = (seasonal + mean)[:, None, :] + z[None, :, None] * sd[:, None, :]
+        return from_log(log_q, self.log_offset)
+
+    def _residual_moments(
+        self, resid: np.ndarray, origins: np.ndarray, horizon_steps: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the residual 1..h steps after each origin, from one Kalman pass."""
+        model = _quiet_sarimax(resid, self.order)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = model.filter(np.asarray(self.arima_params), cov_type="none")
+        ssm = model.ssm
+        tt, zz, rr, qq, hh_m = (
+            _time_invariant(ssm[name]) for name in ("transition", "design", "selection", "state_cov", "obs_cov")
+        )
+        hh = float(hh_m[0, 0])
+        a = np.asarray(res.filtered_state)[:, origins]  # (k, n)
+        p = np.asarray(res.filtered_state_cov)[:, :, origins]  # (k, k, n)
+        rqr = rr @ qq @ rr.T
+        k = tt.shape[0]
+        power = np.eye(k)
+        noise = np.zeros((k, k))
+        mean = np.empty((origins.size, horizon_steps))
+        var = np.empty((origins.size, horizon_steps))
+        for h in range(horizon_steps):
+            noise = tt @ noise @ tt.T + rqr  # variance added by the shocks of steps 1..h
+            power = tt @ power  # T^h
+            row = (zz @ power)[0]  # Z T^h
+            mean[:, h] = row @ a
+            var[:, h] = np.einsum("i,ijn,j->n", row, p, row) + float(zz[0] @ noise @ zz[0]) + hh
+        # A diffuse (never observed) state has an enormous variance: keep it finite.
+        return mean, np.minimum(var, 1e6)
+
+    # -- persistence ---------------------------------------------------------------------------
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "step_seconds": self.step_seconds,
+            "order": list(self.order),
+            "coef": list(self.coef),
+            "arima_params": list(self.arima_params),
+            "daily_k": self.daily_k,
+            "weekly_k": self.weekly_k,
+            "t_ref": self.t_ref,
+            "log_offset": self.log_offset,
+            "window": self.window,
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ArimaModel:
+        try:
+            order = tuple(int(v) for v in params["order"])
+            model = cls(
+                step_seconds=int(params["step_seconds"]),
+                order=order,  # type: ignore[arg-type]
+                coef=tuple(float(v) for v in params["coef"]),
+                arima_params=tuple(float(v) for v in params["arima_params"]),
+                daily_k=int(params["daily_k"]),
+                weekly_k=int(params["weekly_k"]),
+                t_ref=float(params["t_ref"]),
+                log_offset=float(params["log_offset"]),
+                window=int(params["window"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"arima parameters are incomplete or malformed ({exc!r}); retrain the model") from exc
+        numbers = (*model.coef, *model.arima_params, model.t_ref, model.log_offset)
+        if not all(math.isfinite(v) for v in numbers):
+            raise ModelError("arima parameters contain non-finite numbers; retrain the model")
+        if len(order) != 3 or model.step_seconds <= 0 or model.log_offset <= 0 or model.window < 1:
+            raise ModelError("arima parameters are out of range; retrain the model")
+        if len(model.coef) != 2 + 2 * (model.daily_k + model.weekly_k):
+            raise ModelError("arima regression coefficients do not match the harmonics; retrain the model")
+        expected = order[0] + order[2] + 1
+        if len(model.arima_params) != expected:
+            raise ModelError(f"arima{order} needs {expected} parameters, got {len(model.arima_params)}; retrain")
+        return model
+
+
+def fit_seconds_of(forecaster: ArimaForecaster, history: Series) -> tuple[ArimaModel, float]:
+    """Fit and return the CPU-independent wall time, for the benchmark."""
+    t0 = time.perf_counter()
+    model = forecaster.fit(history)
+    return model, time.perf_counter() - t0

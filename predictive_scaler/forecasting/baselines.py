@@ -1,0 +1,406 @@
+"""Baselines users compare against: persistence, seasonal naive, damped Holt-Winters.
+
+All three forecast on the log scale (:mod:`logscale`) and take their spread
+from empirical residuals per horizon step measured on the training history,
+stored as quantiles on a fixed probability grid (no distributional guess).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from predictive_scaler.errors import InsufficientHistoryError, ModelError
+from predictive_scaler.forecasting.logscale import (
+    RESIDUAL_GRID,
+    choose_log_offset,
+    from_log,
+    interpolate_quantiles,
+    residual_quantiles,
+    to_log,
+)
+from predictive_scaler.forecasting.walkforward import (
+    WalkForwardModel,
+    check_origins,
+    max_horizon_steps,
+)
+from predictive_scaler.series import Series
+
+DAY = 86400
+
+
+def _forward_fill(values: np.ndarray) -> np.ndarray:
+    """Last valid value at or before each step (NaN before the first one)."""
+    ok = np.isfinite(values)
+    pos = np.where(ok, np.arange(values.size), -1)
+    np.maximum.accumulate(pos, out=pos)
+    out = np.where(pos >= 0, values[np.maximum(pos, 0)], np.nan)
+    return out
+
+
+def _future_log_actuals(logy: np.ndarray, horizon: int) -> np.ndarray:
+    """(n, horizon) array of log values 1..horizon steps after each step (NaN past the end)."""
+    n = logy.size
+    out = np.full((n, horizon), np.nan)
+    for h in range(1, horizon + 1):
+        out[: n - h, h - 1] = logy[h:]
+    return out
+
+
+def _spread_from(point_log: np.ndarray, actual_log: np.ndarray) -> list[list[float]]:
+    return [residual_quantiles(actual_log[:, h] - point_log[:, h]) for h in range(point_log.shape[1])]
+
+
+def _check_spread(kind: str, spread: Any, step_seconds: int) -> tuple[tuple[float, ...], ...]:
+    rows = tuple(tuple(float(v) for v in row) for row in spread)
+    if not rows or any(len(r) != len(RESIDUAL_GRID) for r in rows):
+        raise ModelError(f"{kind} residual spread has the wrong shape; retrain the model")
+    if not all(math.isfinite(v) for r in rows for v in r):
+        raise ModelError(f"{kind} parameters contain non-finite numbers; retrain the model")
+    return rows
+
+
+@dataclass(frozen=True)
+class _SpreadModel(WalkForwardModel):
+    """Log point forecast + empirical residual quantiles per horizon step."""
+
+    step_seconds: int
+    log_offset: float
+    spread: tuple[tuple[float, ...], ...]
+
+    def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
+        raise NotImplementedError
+
+    def walk_forward(
+        self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        idx = check_origins(series, origins)
+        logy = to_log(series.values, self.log_offset)
+        logy[~np.isfinite(series.values)] = np.nan
+        point = self._log_point(logy, idx, horizon_steps, series)
+        rows = np.asarray(self.spread)
+        rows = rows[np.minimum(np.arange(horizon_steps), rows.shape[0] - 1)]  # beyond: last row
+        offsets = interpolate_quantiles(rows, quantiles)  # (k, h)
+        return from_log(point[:, None, :] + offsets[None, :, :], self.log_offset)
+
+    def _common_params(self) -> dict[str, Any]:
+        return {
+            "step_seconds": self.step_seconds,
+            "log_offset": self.log_offset,
+            "spread": [list(r) for r in self.spread],
+        }
+
+    @classmethod
+    def _common_from(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            common = {
+                "step_seconds": int(params["step_seconds"]),
+                "log_offset": float(params["log_offset"]),
+                "spread": _check_spread(cls.kind, params["spread"], int(params["step_seconds"])),
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{cls.kind} parameters are incomplete or malformed ({exc!r}); retrain") from exc
+        if common["step_seconds"] <= 0 or not (math.isfinite(common["log_offset"]) and common["log_offset"] > 0):
+            raise ModelError(f"{cls.kind} parameters are out of range; retrain the model")
+        return common
+
+
+# -- persistence -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PersistenceModel(_SpreadModel):
+    """Tomorrow is today: the last observed value, with its historical error spread."""
+
+    window: int = 288
+    kind: ClassVar[str] = "persistence"
+
+    @property
+    def window_steps(self) -> int:
+        return self.window
+
+    def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
+        last = _forward_fill(logy)[idx]
+        return np.repeat(last[:, None], horizon, axis=1)
+
+    def to_params(self) -> dict[str, Any]:
+        return {**self._common_params(), "window": self.window}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> PersistenceModel:
+        common = cls._common_from(params)
+        return cls(**common, window=int(params.get("window", 288)))
+
+
+@dataclass
+class PersistenceForecaster:
+    window: float = DAY
+    kind: ClassVar[str] = "persistence"
+
+    def fit(self, history: Series) -> PersistenceModel:
+        c = choose_log_offset(history.values)
+        logy = to_log(history.values, c)
+        logy[~np.isfinite(history.values)] = np.nan
+        horizon = max_horizon_steps(history.step_seconds)
+        point = np.repeat(_forward_fill(logy)[:, None], horizon, axis=1)
+        spread = _spread_from(point, _future_log_actuals(logy, horizon))
+        return PersistenceModel(
+            step_seconds=history.step_seconds,
+            log_offset=c,
+            spread=tuple(tuple(r) for r in spread),
+            window=int(max(1, self.window // history.step_seconds)),
+        )
+
+
+# -- seasonal naive --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SeasonalNaiveModel(_SpreadModel):
+    """The value one season ago (a day, or a week when that fitted better)."""
+
+    season_steps: int = 288
+    kind: ClassVar[str] = "seasonal-naive"
+
+    @property
+    def window_steps(self) -> int:
+        return self.season_steps + 1
+
+    def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
+        return _seasonal_point(logy, idx, horizon, self.season_steps)
+
+    def to_params(self) -> dict[str, Any]:
+        return {**self._common_params(), "season_steps": self.season_steps}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> SeasonalNaiveModel:
+        common = cls._common_from(params)
+        try:
+            season = int(params["season_steps"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"seasonal-naive parameters lack a season ({exc!r}); retrain") from exc
+        if season < 1:
+            raise ModelError("seasonal-naive season must be at least one step; retrain the model")
+        return cls(**common, season_steps=season)
+
+
+def _seasonal_point(logy: np.ndarray, idx: np.ndarray, horizon: int, season: int) -> np.ndarray:
+    """log value one season before each target step; the last value where that is missing."""
+    filled = _forward_fill(logy)
+    target = idx[:, None] + np.arange(1, horizon + 1)[None, :] - season
+    # Only steps at or before the origin are known; a horizon longer than the
+    # season would need the future, so it repeats the season's last known step.
+    target = np.minimum(target, idx[:, None])
+    seasonal = np.where(target >= 0, logy[np.maximum(target, 0)], np.nan)
+    fallback = np.repeat(filled[idx][:, None], horizon, axis=1)
+    return np.where(np.isfinite(seasonal), seasonal, fallback)
+
+
+@dataclass
+class SeasonalNaiveForecaster:
+    kind: ClassVar[str] = "seasonal-naive"
+
+    def fit(self, history: Series) -> SeasonalNaiveModel:
+        day = max(1, DAY // history.step_seconds)
+        seasons = [day]
+        if history.span.total_seconds() >= 14 * DAY:
+            seasons.append(7 * day)
+        if len(history) <= day:
+            raise InsufficientHistoryError(
+                f"{history.name}: seasonal naive needs more than one day of history; supply more"
+            )
+        c = choose_log_offset(history.values)
+        logy = to_log(history.values, c)
+        logy[~np.isfinite(history.values)] = np.nan
+        horizon = max_horizon_steps(history.step_seconds)
+        actual = _future_log_actuals(logy, horizon)
+        best: tuple[float, int, np.ndarray] | None = None
+        start = max(seasons)  # score every candidate on the same steps
+        idx = np.arange(start, len(history))
+        for season in seasons:
+            point = _seasonal_point(logy, idx, horizon, season)
+            err = float(np.nanmean(np.abs(actual[idx] - point)))
+            if best is None or err < best[0]:
+                best = (err, season, point)
+        assert best is not None
+        _, season, point = best
+        spread = _spread_from(point, actual[idx])
+        return SeasonalNaiveModel(
+            step_seconds=history.step_seconds,
+            log_offset=c,
+            spread=tuple(tuple(r) for r in spread),
+            season_steps=season,
+        )
+
+
+# -- damped Holt-Winters ---------------------------------------------------------------------
+
+def _phase(series: Series, season: int) -> np.ndarray:
+    """Absolute position in the season of each step, so a profile fits any window."""
+    first = int(series.start.timestamp()) // series.step_seconds
+    return (first + np.arange(len(series))) % season
+
+
+@dataclass(frozen=True)
+class HoltWintersModel(_SpreadModel):
+    """Additive damped-trend Holt-Winters on the log scale with a daily season.
+
+    Parameters come from statsmodels' ETS fit; the recursion (error-correction
+    form) is run here so that a forecast re-derives the state from the recent
+    window, starting from the stored seasonal profile.
+    """
+
+    alpha: float = 0.3
+    beta: float = 0.0
+    gamma: float = 0.1
+    phi: float = 0.9
+    profile: tuple[float, ...] = field(default=())
+    window: int = 864
+    kind: ClassVar[str] = "holt-winters"
+
+    @property
+    def window_steps(self) -> int:
+        return self.window
+
+    def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
+        last = int(idx.max()) + 1 if idx.size else 0
+        level, trend, season_after = _hw_filter(
+            logy[:last], _phase(series, len(self.profile))[:last], self.profile,
+            self.alpha, self.beta, self.gamma, self.phi,
+        )
+        return _hw_point(level, trend, season_after, idx, horizon, _phase(series, len(self.profile)),
+                         self.profile, self.phi, len(series))
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            **self._common_params(),
+            "alpha": self.alpha, "beta": self.beta, "gamma": self.gamma, "phi": self.phi,
+            "profile": list(self.profile), "window": self.window,
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> HoltWintersModel:
+        common = cls._common_from(params)
+        try:
+            extra = {
+                "alpha": float(params["alpha"]), "beta": float(params["beta"]),
+                "gamma": float(params["gamma"]), "phi": float(params["phi"]),
+                "profile": tuple(float(v) for v in params["profile"]), "window": int(params["window"]),
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"holt-winters parameters are incomplete or malformed ({exc!r}); retrain") from exc
+        numbers = [extra["alpha"], extra["beta"], extra["gamma"], extra["phi"], *extra["profile"]]
+        if not all(math.isfinite(v) for v in numbers) or not extra["profile"]:
+            raise ModelError("holt-winters parameters contain non-finite numbers; retrain the model")
+        return cls(**common, **extra)
+
+
+def _hw_filter(
+    logy: np.ndarray, phase: np.ndarray, profile: Sequence[float],
+    alpha: float, beta: float, gamma: float, phi: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run the recursion; returns level, trend and the updated seasonal value after each step."""
+    n = logy.size
+    season = list(profile)
+    level_out = np.full(n, np.nan)
+    trend_out = np.zeros(n)
+    season_after = np.full(n, np.nan)
+    first = np.flatnonzero(np.isfinite(logy))
+    if not first.size:
+        return level_out, trend_out, season_after
+    y = logy.tolist()
+    ph = phase.tolist()
+    start = int(first[0])
+    level = y[start] - season[ph[start]]
+    trend = 0.0
+    for t in range(start, n):
+        p = ph[t]
+        predicted = level + phi * trend
+        v = y[t]
+        err = v - predicted - season[p] if v == v else 0.0  # NaN: no update
+        level = predicted + alpha * err
+        trend = phi * trend + beta * err
+        season[p] += gamma * err
+        level_out[t] = level
+        trend_out[t] = trend
+        season_after[t] = season[p]
+    return level_out, trend_out, season_after
+
+
+def _hw_point(
+    level: np.ndarray, trend: np.ndarray, season_after: np.ndarray, idx: np.ndarray, horizon: int,
+    phase: np.ndarray, profile: Sequence[float], phi: float, n: int,
+) -> np.ndarray:
+    m = len(profile)
+    hs = np.arange(1, horizon + 1)
+    damp = np.cumsum(phi ** hs)
+    # The seasonal value for step t+h was last updated at t+h-m (if inside the window).
+    prev = idx[:, None] + ((hs[None, :] - 1) % m) + 1 - m
+    first_phase = phase[0] if n else 0
+    prof = np.asarray(profile)
+    from_profile = prof[(first_phase + prev) % m]
+    seasonal = np.where(prev >= 0, season_after[np.maximum(prev, 0)], from_profile)
+    seasonal = np.where(np.isfinite(seasonal), seasonal, from_profile)
+    return level[idx][:, None] + trend[idx][:, None] * damp[None, :] + seasonal
+
+
+@dataclass
+class HoltWintersForecaster:
+    window: float = 3 * DAY
+    kind: ClassVar[str] = "holt-winters"
+
+    def fit(self, history: Series) -> HoltWintersModel:
+        from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+
+        season = max(2, DAY // history.step_seconds)
+        if len(history) < 3 * season:
+            raise InsufficientHistoryError(
+                f"{history.name}: Holt-Winters needs at least 3 days of history; supply more"
+            )
+        c = choose_log_offset(history.values)
+        logy = to_log(history.values, c)
+        logy[~np.isfinite(history.values)] = np.nan
+        ok = np.isfinite(logy)
+        if ok.sum() < 2 * season:
+            raise InsufficientHistoryError(f"{history.name}: too many gaps for Holt-Winters; supply more data")
+        # ETS cannot take gaps: interpolate for the parameter fit only.
+        filled = np.interp(np.arange(logy.size), np.flatnonzero(ok), logy[ok])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                res = ETSModel(
+                    filled, error="add", trend="add", damped_trend=True, seasonal="add",
+                    seasonal_periods=season, initialization_method="heuristic",
+                ).fit(disp=False, maxiter=200)
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            raise ModelError(f"{history.name}: Holt-Winters fit failed ({exc})") from exc
+        p = dict(zip(res.model.param_names, np.asarray(res.params, dtype=float), strict=False))
+        alpha, beta = p["smoothing_level"], p["smoothing_trend"]
+        gamma, phi = p["smoothing_seasonal"], p["damping_trend"]
+        phase = _phase(history, season)
+        # Initial profile: mean log by absolute phase minus the overall mean.
+        sums = np.bincount(phase[ok], weights=logy[ok], minlength=season)
+        counts = np.bincount(phase[ok], minlength=season)
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        profile0 = np.nan_to_num(means - np.nanmean(means))
+        level, trend, season_after = _hw_filter(logy, phase, profile0, alpha, beta, gamma, phi)
+        horizon = max_horizon_steps(history.step_seconds)
+        idx = np.arange(season, len(history))  # skip the first day while the state settles
+        point = _hw_point(level, trend, season_after, idx, horizon, phase, profile0, phi, len(history))
+        spread = _spread_from(point, _future_log_actuals(logy, horizon)[idx])
+        # The profile a forecast starts from is the seasonal state at the end of training.
+        final = profile0.copy()
+        for t in range(len(history)):
+            if np.isfinite(season_after[t]):
+                final[phase[t]] = season_after[t]
+        return HoltWintersModel(
+            step_seconds=history.step_seconds,
+            log_offset=c,
+            spread=tuple(tuple(r) for r in spread),
+            alpha=float(alpha), beta=float(beta), gamma=float(gamma), phi=float(phi),
+            profile=tuple(float(v) for v in final),
+            window=int(max(season, self.window // history.step_seconds)),
+        )

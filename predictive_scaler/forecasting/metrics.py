@@ -1,0 +1,88 @@
+"""Forecast accuracy metrics. NaN actuals are excluded everywhere; undefined → None.
+
+``point`` is the median (P50) forecast, ``upper`` the forecast of quantile ``q``.
+WAPE and MAPE are fractions (0.05 = 5 %), not percentages.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _valid(actual: np.ndarray, forecast: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(actual, dtype=float)
+    f = np.asarray(forecast, dtype=float)
+    if a.shape != f.shape:
+        raise ValueError(f"actuals {a.shape} and forecasts {f.shape} differ in shape")
+    keep = np.isfinite(a) & np.isfinite(f)
+    return a[keep], f[keep]
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def mae(actual: np.ndarray, point: np.ndarray) -> float | None:
+    a, f = _valid(actual, point)
+    return _finite(np.mean(np.abs(a - f))) if a.size else None
+
+
+def wape(actual: np.ndarray, point: np.ndarray) -> float | None:
+    """Sum of absolute errors over the sum of actuals (robust to zero actuals, unlike MAPE)."""
+    a, f = _valid(actual, point)
+    total = np.sum(np.abs(a))
+    return _finite(np.sum(np.abs(a - f)) / total) if a.size and total > 0 else None
+
+
+def mape(actual: np.ndarray, point: np.ndarray) -> float | None:
+    """Mean absolute percentage error over the non-zero actuals only."""
+    a, f = _valid(actual, point)
+    nz = a != 0
+    return _finite(np.mean(np.abs(a[nz] - f[nz]) / np.abs(a[nz]))) if nz.any() else None
+
+
+def naive_scale(history: np.ndarray) -> float | None:
+    """In-sample MAE of the one-step naive forecast (last value): the MASE denominator."""
+    h = np.asarray(history, dtype=float)
+    d = np.abs(np.diff(h))
+    d = d[np.isfinite(d)]
+    return float(np.mean(d)) if d.size and np.mean(d) > 0 else None
+
+
+def mase(actual: np.ndarray, point: np.ndarray, scale: float | None) -> float | None:
+    """MAE divided by :func:`naive_scale` of the training history (< 1 beats naive in-sample)."""
+    m = mae(actual, point)
+    return _finite(m / scale) if m is not None and scale else None
+
+
+def pinball(actual: np.ndarray, upper: np.ndarray, q: float) -> float | None:
+    """Mean pinball (quantile) loss of the ``q``-quantile forecast; lower is better."""
+    a, f = _valid(actual, upper)
+    if not a.size:
+        return None
+    diff = a - f
+    return _finite(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
+
+
+def coverage(actual: np.ndarray, upper: np.ndarray) -> float | None:
+    """Share of actuals at or below the quantile forecast (≈ q for a calibrated q-quantile)."""
+    a, f = _valid(actual, upper)
+    return float(np.mean(a <= f)) if a.size else None
+
+
+METRIC_NAMES: tuple[str, ...] = ("mae", "wape", "mape", "mase", "pinball", "coverage")
+
+
+def all_metrics(
+    actual: np.ndarray, point: np.ndarray, upper: np.ndarray, q: float, scale: float | None
+) -> dict[str, float | None]:
+    return {
+        "mae": mae(actual, point),
+        "wape": wape(actual, point),
+        "mape": mape(actual, point),
+        "mase": mase(actual, point, scale),
+        "pinball": pinball(actual, upper, q),
+        "coverage": coverage(actual, upper),
+    }

@@ -1,0 +1,90 @@
+"""Shared shape of the forecasters in this package: one causal code path for serving and evaluation.
+
+Every model here implements :meth:`WalkForwardModel.walk_forward`: quantiles
+for many forecast origins of one series at once, each using only the
+observations up to its origin. :meth:`forecast` (what the controller calls)
+is the same code with a single origin — the last step of the recent window —
+so an evaluation measures exactly what serving does.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from predictive_scaler.errors import ModelError
+from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
+from predictive_scaler.series import Series
+
+#: Longest horizon a forecast may ask for; stored spreads cover this many minutes.
+MAX_HORIZON_SECONDS = 3600
+
+
+def max_horizon_steps(step_seconds: int) -> int:
+    return max(1, -(-MAX_HORIZON_SECONDS // step_seconds))
+
+
+def on_model_grid(recent: Series, step_seconds: int, model: str) -> Series:
+    """``recent`` on the model's grid: finer data is merged, coarser data is refused."""
+    if recent.step_seconds == step_seconds:
+        return recent
+    if recent.step_seconds < step_seconds and step_seconds % recent.step_seconds == 0:
+        return recent.resample(step_seconds)
+    raise ModelError(
+        f"{model} model was trained at a {step_seconds}s step but recent data has a "
+        f"{recent.step_seconds}s step; query recent data at {step_seconds}s or finer"
+    )
+
+
+class WalkForwardModel(FittedModel):
+    """A fitted model whose forecasts come from :meth:`walk_forward`."""
+
+    kind: ClassVar[str]
+    step_seconds: int
+
+    @property
+    @abstractmethod
+    def window_steps(self) -> int:
+        """How many recent steps a forecast reads (older observations are ignored)."""
+
+    @abstractmethod
+    def walk_forward(
+        self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        """Quantiles, shape (len(origins), len(quantiles), horizon_steps), in demand units.
+
+        ``origins`` are indices into ``series`` of the last observed step; the
+        forecast for origin ``t`` reads ``series.values[: t + 1]`` only.
+        """
+
+    def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+        qs = check_quantiles(quantiles)
+        if horizon_steps < 1:
+            raise ModelError(f"horizon of {horizon_steps} steps; ask for at least one step ahead")
+        if len(recent) == 0:
+            raise ModelError(f"{self.kind} forecast needs recent observations; got an empty series")
+        grid = on_model_grid(recent, self.step_seconds, self.kind)
+        window = grid.tail(self.window_steps)
+        values = self.walk_forward(window, np.array([len(window) - 1]), horizon_steps, qs)[0]
+        if not np.all(np.isfinite(values)):
+            raise ModelError(
+                f"{self.kind} cannot forecast after {window.last_time}: the last "
+                f"{len(window)} steps hold too few observations; wait for data or use another model"
+            )
+        return Forecast(
+            issued_at=window.last_time,
+            step_seconds=self.step_seconds,
+            quantiles=qs,
+            values=values,
+            model=self.kind,
+        )
+
+
+def check_origins(series: Series, origins: np.ndarray) -> np.ndarray:
+    idx = np.asarray(origins, dtype=int)
+    if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= len(series))):
+        raise ModelError(f"forecast origins must be indices into the {len(series)}-step series")
+    return idx
