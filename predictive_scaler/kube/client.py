@@ -1,0 +1,1087 @@
+"""The Kubernetes adapter: the only module that imports ``kubernetes``.
+
+``KubeCluster`` wraps a ``kubernetes.client.ApiClient`` (in-cluster config,
+a kubeconfig, or a test server via ``Configuration(host=…)``) and speaks raw
+JSON over ``ApiClient.call_api``: one code path for Deployments,
+StatefulSets and any custom resource with a ``/scale`` subresource, no
+per-call model deserialisation (cheap with thousands of pods), and an exact,
+reviewable list of every request it can make — ``API_CALLS`` — from which
+the RBAC rules and docs/kube-api-calls.md are derived.
+
+Every ``ApiException``/transport error becomes a ``ClusterError`` (``from
+exc``): 409 → ``ConflictError``, 429 → ``ThrottledError`` with Retry-After,
+5xx and connection errors retryable. Reads and idempotent writes go through
+``call_with_retry``; read-modify-write operations re-read on 409.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from predictive_scaler.clock import Clock, SystemClock
+from predictive_scaler.errors import (
+    ClusterError,
+    ConfigError,
+    ConflictError,
+    DataError,
+    ThrottledError,
+)
+from predictive_scaler.kube import manifests
+from predictive_scaler.kube.retry import RetryPolicy, call_with_retry
+
+T = TypeVar("T")
+
+_CR_PREFIX = f"/apis/{manifests.GROUP}/{manifests.VERSION}"
+
+
+# ---------------------------------------------------------------- API calls ---
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One kind of request the adapter makes.
+
+    ``path`` is a template ({namespace}, {name}, {group}, {version}, {plural});
+    ``group``/``resource``/``verb`` are the RBAC rule that permits it
+    (``resource`` empty for non-resource URLs such as discovery).
+    """
+
+    method: str
+    path: str
+    verb: str
+    group: str
+    resource: str
+    why: str
+
+    def matches(self, method: str, path: str) -> bool:
+        return (
+            method.upper() == self.method and _template_regex(self.path).fullmatch(path) is not None
+        )
+
+
+def _template_regex(template: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[a-z]+\})", template)
+    return re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts))
+
+
+_TARGET = "the target workload's group"
+API_CALLS: tuple[ApiCall, ...] = (
+    ApiCall(
+        "GET",
+        "/api/v1",
+        "get",
+        "",
+        "",
+        "discovery: resolve a core-group target kind to its plural and check it has /scale",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/{group}/{version}",
+        "get",
+        "",
+        "",
+        "discovery: resolve a target kind (e.g. a custom resource) to its plural and check "
+        "it has /scale; only for kinds not in the built-in table",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/scale",
+        "get",
+        _TARGET,
+        "{plural}/scale",
+        "read the target's desired/current replicas, pod selector and resourceVersion",
+    ),
+    ApiCall(
+        "PATCH",
+        "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/scale",
+        "patch",
+        _TARGET,
+        "{plural}/scale",
+        "scale the target (JSON merge patch of spec.replicas, resourceVersion precondition)",
+    ),
+    ApiCall(
+        "GET",
+        "/api/v1/namespaces/{namespace}/{plural}/{name}/scale",
+        "get",
+        "",
+        "{plural}/scale",
+        "read the scale of a core-group target (ReplicationController)",
+    ),
+    ApiCall(
+        "PATCH",
+        "/api/v1/namespaces/{namespace}/{plural}/{name}/scale",
+        "patch",
+        "",
+        "{plural}/scale",
+        "scale a core-group target (ReplicationController)",
+    ),
+    ApiCall(
+        "GET",
+        "/api/v1/namespaces/{namespace}/pods",
+        "list",
+        "",
+        "pods",
+        "count the target's ready and starting pods (labelSelector from its /scale)",
+    ),
+    ApiCall(
+        "GET",
+        "/api/v1/pods",
+        "list",
+        "",
+        "pods",
+        "sum the GPUs requested on GPU nodes (fieldSelector: not Succeeded/Failed)",
+    ),
+    ApiCall(
+        "GET",
+        "/api/v1/nodes",
+        "list",
+        "",
+        "nodes",
+        "allocatable nvidia.com/gpu of ready, schedulable GPU nodes",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+        "get",
+        "apps",
+        "deployments",
+        "read the placeholder Deployment <scaler>-prewarm",
+    ),
+    ApiCall(
+        "POST",
+        "/apis/apps/v1/namespaces/{namespace}/deployments",
+        "create",
+        "apps",
+        "deployments",
+        "create the placeholder Deployment (owned by the PredictiveScaler)",
+    ),
+    ApiCall(
+        "PATCH",
+        "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+        "patch",
+        "apps",
+        "deployments",
+        "resize the placeholder Deployment (merge patch of spec.replicas)",
+    ),
+    ApiCall(
+        "PUT",
+        "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+        "update",
+        "apps",
+        "deployments",
+        "replace the placeholder Deployment when its pod template changed (image, GPUs, "
+        "node selector, tolerations, PriorityClass)",
+    ),
+    ApiCall(
+        "DELETE",
+        "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+        "delete",
+        "apps",
+        "deployments",
+        "remove the placeholder (prewarm disabled, forecast-only mode, budget zero)",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers",
+        "list",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "refuse to act when an HPA targets the same workload",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects",
+        "list",
+        "keda.sh",
+        "scaledobjects",
+        "refuse to act when a KEDA ScaledObject targets the same workload (404 = KEDA "
+        "not installed)",
+    ),
+    ApiCall(
+        "POST",
+        "/api/v1/namespaces/{namespace}/events",
+        "create",
+        "",
+        "events",
+        "record strategy changes, clamps and refusals on the PredictiveScaler",
+    ),
+    ApiCall(
+        "GET",
+        _CR_PREFIX + "/namespaces/{namespace}/" + manifests.PLURAL + "/{name}",
+        "get",
+        manifests.GROUP,
+        manifests.PLURAL,
+        "read one PredictiveScaler",
+    ),
+    ApiCall(
+        "GET",
+        _CR_PREFIX + "/namespaces/{namespace}/" + manifests.PLURAL,
+        "list",
+        manifests.GROUP,
+        manifests.PLURAL,
+        "list the PredictiveScalers of a namespace",
+    ),
+    ApiCall(
+        "GET",
+        _CR_PREFIX + "/" + manifests.PLURAL,
+        "list",
+        manifests.GROUP,
+        manifests.PLURAL,
+        "list PredictiveScalers in all namespaces",
+    ),
+    ApiCall(
+        "PATCH",
+        _CR_PREFIX + "/namespaces/{namespace}/" + manifests.PLURAL + "/{name}/status",
+        "patch",
+        manifests.GROUP,
+        manifests.PLURAL + "/status",
+        "write conditions, forecast, replicas and planner state (merge patch)",
+    ),
+)
+
+
+def api_call_for(method: str, path: str) -> ApiCall | None:
+    """The ``API_CALLS`` entry a request (method, path without query) belongs to."""
+    for call in API_CALLS:
+        if call.matches(method, path):
+            return call
+    return None
+
+
+def api_calls_markdown() -> str:
+    """docs/kube-api-calls.md, generated from ``API_CALLS``."""
+    lines = [
+        "# Kubernetes API calls made by predictive-scaler",
+        "",
+        "Generated from `predictive_scaler.kube.client.API_CALLS` — do not edit by hand;",
+        "regenerate with `python -m predictive_scaler.kube.client > docs/kube-api-calls.md`.",
+        "A test fails when this file and the constant differ, and the adapter's tests check",
+        "that every request it makes matches one of these rows. RBAC rules are derived",
+        "from the *verb / group / resource* columns (discovery paths are non-resource",
+        "URLs every authenticated user may read). The custom resource's own watch and",
+        "patch calls made by kopf are not listed here.",
+        "",
+        "| Method | Path | RBAC verb | API group | Resource | Why |",
+        "|---|---|---|---|---|---|",
+    ]
+    for call in API_CALLS:
+        group = f"`{call.group}`" if call.group else ('`""` (core)' if call.resource else "—")
+        resource = f"`{call.resource}`" if call.resource else "(non-resource URL)"
+        lines.append(
+            f"| {call.method} | `{call.path}` | {call.verb} | {group} | {resource} | {call.why} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------ value types ---
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """What a PredictiveScaler scales: anything with a ``/scale`` subresource.
+
+    ``plural`` may be given for a custom resource to skip discovery.
+    """
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    plural: str | None = None
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} ({self.api_version})"
+
+
+@dataclass(frozen=True)
+class ScaleInfo:
+    """The target's ``/scale``: desired replicas (spec), current (status), selector."""
+
+    replicas: int
+    status_replicas: int
+    selector: str | None
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    """Pods matching a selector. ``starting`` counts pods that exist but are not
+    ready yet (including ``unscheduled`` ones waiting for a node); terminating
+    and finished pods are in neither."""
+
+    ready: int
+    starting: int
+    unscheduled: int
+    terminating: int
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """GPUs on ready, schedulable nodes carrying the GPU resource.
+
+    ``free_gpus`` is summed per node (a node cannot lend to another);
+    ``placeholder_gpus`` is the part of ``requested_gpus`` held by
+    predictive-scaler placeholders, which any real pod can preempt.
+    """
+
+    nodes: int
+    allocatable_gpus: int
+    requested_gpus: int
+    placeholder_gpus: int
+    free_gpus: int
+
+
+@dataclass(frozen=True)
+class ConflictingAutoscaler:
+    kind: str  # "HorizontalPodAutoscaler" or "ScaledObject"
+    name: str
+    namespace: str
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PlaceholderSpec:
+    """Everything that defines a scaler's placeholder Deployment except its size."""
+
+    scaler_name: str
+    namespace: str
+    owner_uid: str
+    gpus_per_pod: int
+    priority_class: str = manifests.PLACEHOLDER_PRIORITY_CLASS
+    image: str = manifests.PLACEHOLDER_IMAGE
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+
+    def manifest(self, replicas: int) -> dict[str, Any]:
+        return manifests.placeholder_deployment(
+            self.scaler_name,
+            self.namespace,
+            self.owner_uid,
+            replicas,
+            self.gpus_per_pod,
+            self.priority_class,
+            self.image,
+            self.node_selector,
+            self.tolerations,
+        )
+
+
+@dataclass(frozen=True)
+class PlaceholderInfo:
+    name: str
+    namespace: str
+    replicas: int
+    ready_replicas: int
+    gpus_per_pod: int
+    template_hash: str | None
+    owner_uid: str | None
+    resource_version: str
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the placeholder asks for (desired replicas × GPUs per pod)."""
+        return self.replicas * self.gpus_per_pod
+
+
+# ---------------------------------------------------------------- adapter ---
+
+_BUILTIN_SCALABLE = {
+    ("apps", "Deployment"): "deployments",
+    ("apps", "StatefulSet"): "statefulsets",
+    ("apps", "ReplicaSet"): "replicasets",
+    ("", "ReplicationController"): "replicationcontrollers",
+}
+_MERGE_PATCH = "application/merge-patch+json"
+_JSON = "application/json"
+
+
+class KubeCluster:
+    """Typed, small facade over the Kubernetes API for one controller process.
+
+    ``dry_run`` sends every write with ``dryRun=All``: the API server validates
+    and admits it but persists nothing (the controller's ``--dry-run``).
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        retry: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        rng: random.Random | None = None,
+        request_timeout: float = 10.0,
+        dry_run: bool = False,
+        gpu_resource: str = manifests.GPU_RESOURCE,
+    ) -> None:
+        self._api = api_client
+        self._retry = retry or RetryPolicy()
+        self._clock = clock or SystemClock()
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._timeout = request_timeout
+        self._dry_run = dry_run
+        self._gpu_resource = gpu_resource
+        self._plurals: dict[tuple[str, str, str], str] = {}
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+        write: bool = False,
+    ) -> Any:
+        params = list((query or {}).items())
+        if write and self._dry_run:
+            params.append(("dryRun", "All"))
+        headers = {"Accept": _JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            _, url, headers, body, _ = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=params or None,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+            )
+            data = response.read()
+        except ApiException as exc:
+            raise ClusterError(
+                f"{what}: {exc.reason or 'request failed'}; check the API server address "
+                "and credentials",
+                status=exc.status or None,
+                retryable=not exc.status,
+            ) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterError(
+                f"{what}: cannot reach the API server ({type(exc).__name__}: {exc}); it will "
+                "be retried — check network policy and the API server if it persists",
+                retryable=True,
+            ) from exc
+        if 200 <= response.status < 300:
+            if not data:
+                return {}
+            try:
+                return json.loads(data)
+            except ValueError as exc:
+                raise ClusterError(
+                    f"{what}: the API server answered {response.status} with a body that is "
+                    "not JSON; is the configured host really a Kubernetes API server?",
+                    status=response.status,
+                ) from exc
+        raise _error_from_response(response.status, data, response.headers, what)
+
+    def _retrying(
+        self, operation: Callable[[], T], what: str, *, retry_conflicts: bool = False
+    ) -> T:
+        return call_with_retry(
+            operation,
+            policy=self._retry,
+            sleep=self._sleep,
+            clock=self._clock,
+            rng=self._rng,
+            retry_conflicts=retry_conflicts,
+            what=what,
+        )
+
+    # -- target /scale -----------------------------------------------------
+
+    def resolve_scale_path(self, target: WorkloadRef) -> str:
+        """The ``/scale`` URL of ``target``; ConfigError when its kind has none."""
+        plural = target.plural or _BUILTIN_SCALABLE.get((target.group, target.kind))
+        if plural is None:
+            plural = self._discover_scalable_plural(target)
+        prefix = f"/apis/{target.group}/{target.version}" if target.group else "/api/v1"
+        return (
+            f"{prefix}/namespaces/{_seg(target.namespace)}/{_seg(plural)}/{_seg(target.name)}/scale"
+        )
+
+    def _discover_scalable_plural(self, target: WorkloadRef) -> str:
+        key = (target.group, target.version, target.kind)
+        if key in self._plurals:
+            return self._plurals[key]
+        path = (
+            f"/apis/{target.group}/{target.version}" if target.group else f"/api/{target.version}"
+        )
+        what = f"discover {target.api_version}"
+        try:
+            listing = self._retrying(lambda: self._request("GET", path, what=what), what)
+        except ClusterError as exc:
+            if exc.status == 404:
+                raise ConfigError(
+                    f"the API server does not serve {target.api_version}: check "
+                    "spec.target.apiVersion, or install the CRD that defines "
+                    f"{target.kind}",
+                    field="spec.target.apiVersion",
+                ) from exc
+            raise
+        resources = listing.get("resources") or []
+        names = {r.get("name") for r in resources}
+        for resource in resources:
+            name = resource.get("name", "")
+            if resource.get("kind") == target.kind and "/" not in name:
+                if f"{name}/scale" not in names:
+                    raise ConfigError(
+                        f"{target.kind} ({target.api_version}) has no /scale subresource, so "
+                        "predictive-scaler cannot scale it; target a Deployment, StatefulSet "
+                        "or a custom resource whose CRD enables subresources.scale",
+                        field="spec.target.kind",
+                    )
+                self._plurals[key] = name
+                return name
+        raise ConfigError(
+            f"{target.api_version} serves no kind {target.kind!r}: check the spelling of "
+            "spec.target.kind (it is case-sensitive, e.g. Deployment)",
+            field="spec.target.kind",
+        )
+
+    def get_scale(self, target: WorkloadRef) -> ScaleInfo:
+        path = self.resolve_scale_path(target)
+        what = f"read the scale of {target.describe()}"
+        try:
+            scale = self._retrying(lambda: self._request("GET", path, what=what), what)
+        except ClusterError as exc:
+            if exc.status == 404:
+                raise _target_not_found(target) from exc
+            raise
+        return _scale_info(scale, what)
+
+    def patch_scale(
+        self, target: WorkloadRef, replicas: int, *, current: ScaleInfo | None = None
+    ) -> ScaleInfo:
+        """Set the target's desired replicas; a no-op when already there.
+
+        Sends a merge patch with the resourceVersion last read (``current`` saves
+        one GET); on 409 it re-reads and tries again.
+        """
+        path = self.resolve_scale_path(target)
+        what = f"scale {target.describe()} to {replicas}"
+        known = [current]
+
+        def attempt() -> ScaleInfo:
+            info = known[0]
+            known[0] = None  # a retry always re-reads
+            if info is None:
+                info = _scale_info(self._request("GET", path, what=what), what)
+            if info.replicas == replicas:
+                return info
+            body = manifests.scale_patch(replicas, info.resource_version)
+            answer = self._request(
+                "PATCH", path, what=what, body=body, content_type=_MERGE_PATCH, write=True
+            )
+            return _scale_info(answer, what)
+
+        try:
+            return self._retrying(attempt, what, retry_conflicts=True)
+        except ClusterError as exc:
+            if exc.status == 404:
+                raise _target_not_found(target) from exc
+            raise
+
+    # -- pods and nodes ----------------------------------------------------
+
+    def list_pods(self, namespace: str, selector: str) -> PodCounts:
+        """Ready/starting pods matching a label selector (from ``ScaleInfo.selector``)."""
+        if not selector:
+            raise ClusterError(
+                f"no pod selector to count the target's pods in {namespace}: its /scale "
+                "reports no status.selector (set subresources.scale.labelSelectorPath in "
+                "the CRD)"
+            )
+        what = f"list pods {selector!r} in {namespace}"
+        answer = self._retrying(
+            lambda: self._request(
+                "GET",
+                f"/api/v1/namespaces/{_seg(namespace)}/pods",
+                what=what,
+                query={"labelSelector": selector},
+            ),
+            what,
+        )
+        return count_pods(_items(answer, what))
+
+    def list_gpu_nodes(self, selector: str | None = None) -> NodeCapacity:
+        """Allocatable, requested and free GPUs over ready, schedulable GPU nodes."""
+        what = "list GPU nodes"
+        query = {"labelSelector": selector} if selector else None
+        nodes = _items(
+            self._retrying(
+                lambda: self._request("GET", "/api/v1/nodes", what=what, query=query), what
+            ),
+            what,
+        )
+        allocatable = {}
+        for node in nodes:
+            gpus = _quantity_int(
+                (node.get("status") or {}).get("allocatable", {}).get(self._gpu_resource)
+            )
+            if gpus > 0 and _node_usable(node):
+                allocatable[node["metadata"]["name"]] = gpus
+        if not allocatable:
+            return NodeCapacity(0, 0, 0, 0, 0)
+        what = "list pods on GPU nodes"
+        pods = _items(
+            self._retrying(
+                lambda: self._request(
+                    "GET",
+                    "/api/v1/pods",
+                    what=what,
+                    query={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+                ),
+                what,
+            ),
+            what,
+        )
+        requested = dict.fromkeys(allocatable, 0)
+        placeholder = 0
+        for pod in pods:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name not in requested:
+                continue
+            gpus = pod_gpu_request(pod, self._gpu_resource)
+            requested[node_name] += gpus
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(manifests.ROLE_LABEL) == manifests.PLACEHOLDER_ROLE:
+                placeholder += gpus
+        return NodeCapacity(
+            nodes=len(allocatable),
+            allocatable_gpus=sum(allocatable.values()),
+            requested_gpus=sum(requested.values()),
+            placeholder_gpus=placeholder,
+            free_gpus=sum(max(0, allocatable[n] - requested[n]) for n in allocatable),
+        )
+
+    # -- placeholder -------------------------------------------------------
+
+    def get_placeholder(self, scaler_name: str, namespace: str) -> PlaceholderInfo | None:
+        what = f"read placeholder {namespace}/{manifests.placeholder_name(scaler_name)}"
+        found = self._retrying(lambda: self._read_placeholder(scaler_name, namespace), what)
+        return None if found is None else _placeholder_info(found)
+
+    def _read_placeholder(self, scaler_name: str, namespace: str) -> dict[str, Any] | None:
+        name = manifests.placeholder_name(scaler_name)
+        what = f"read placeholder {namespace}/{name}"
+        try:
+            deployment = self._request("GET", _deployment_path(namespace, name), what=what)
+        except ClusterError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        labels = (deployment.get("metadata") or {}).get("labels") or {}
+        if (
+            labels.get(manifests.MANAGED_BY_LABEL) != manifests.COMPONENT
+            or labels.get(manifests.SCALER_LABEL) != scaler_name
+        ):
+            raise ClusterError(
+                f"Deployment {namespace}/{name} exists but is not the placeholder of "
+                f"PredictiveScaler {scaler_name} (labels {manifests.MANAGED_BY_LABEL}="
+                f"{manifests.COMPONENT}, {manifests.SCALER_LABEL}={scaler_name} missing); "
+                "predictive-scaler will not touch it — rename that Deployment or the scaler"
+            )
+        return deployment
+
+    def ensure_placeholder(self, spec: PlaceholderSpec, replicas: int) -> PlaceholderInfo:
+        """Create, resize or re-template the placeholder so it holds ``replicas`` pods.
+
+        Replicas alone → merge patch; template or owner changed → replace (PUT)
+        with the read resourceVersion; missing → create. Re-reads on 409.
+        ``replicas`` may be 0 (kept, cheaper than delete/create churn); call
+        ``delete_placeholder`` to remove it.
+        """
+        desired = spec.manifest(replicas)
+        name = desired["metadata"]["name"]
+        what = f"ensure placeholder {spec.namespace}/{name} at {replicas} pod(s)"
+        want_hash = desired["metadata"]["annotations"][manifests.TEMPLATE_HASH_ANNOTATION]
+
+        def attempt() -> PlaceholderInfo:
+            existing = self._read_placeholder(spec.scaler_name, spec.namespace)
+            if existing is None:
+                created = self._request(
+                    "POST",
+                    f"/apis/apps/v1/namespaces/{_seg(spec.namespace)}/deployments",
+                    what=what,
+                    body=desired,
+                    write=True,
+                )
+                return _placeholder_info(created)
+            info = _placeholder_info(existing)
+            if info.template_hash != want_hash or info.owner_uid != spec.owner_uid:
+                body = dict(desired)
+                body["metadata"] = {
+                    **desired["metadata"],
+                    "resourceVersion": info.resource_version,
+                }
+                replaced = self._request(
+                    "PUT", _deployment_path(spec.namespace, name), what=what, body=body, write=True
+                )
+                return _placeholder_info(replaced)
+            if info.replicas == replicas:
+                return info
+            patched = self._request(
+                "PATCH",
+                _deployment_path(spec.namespace, name),
+                what=what,
+                body={
+                    "metadata": {"resourceVersion": info.resource_version},
+                    "spec": {"replicas": replicas},
+                },
+                content_type=_MERGE_PATCH,
+                write=True,
+            )
+            return _placeholder_info(patched)
+
+        return self._retrying(attempt, what, retry_conflicts=True)
+
+    def delete_placeholder(self, scaler_name: str, namespace: str) -> bool:
+        """Remove the placeholder and its pods; False when there was none."""
+        name = manifests.placeholder_name(scaler_name)
+        what = f"delete placeholder {namespace}/{name}"
+
+        def attempt() -> bool:
+            existing = self._read_placeholder(scaler_name, namespace)
+            if existing is None:
+                return False
+            # The uid precondition makes sure the object checked above is the one deleted.
+            body = {
+                "kind": "DeleteOptions",
+                "apiVersion": "v1",
+                "propagationPolicy": "Background",
+                "preconditions": {"uid": existing["metadata"]["uid"]},
+            }
+            try:
+                self._request(
+                    "DELETE", _deployment_path(namespace, name), what=what, body=body, write=True
+                )
+            except ClusterError as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            return True
+
+        return self._retrying(attempt, what, retry_conflicts=True)
+
+    # -- other autoscalers ---------------------------------------------------
+
+    def list_conflicting_autoscalers(
+        self, target: WorkloadRef
+    ) -> tuple[ConflictingAutoscaler, ...]:
+        """HPAs and KEDA ScaledObjects in the target's namespace that scale it too."""
+        namespace = _seg(target.namespace)
+        what = f"list HPAs in {target.namespace}"
+        hpas = _items(
+            self._retrying(
+                lambda: self._request(
+                    "GET",
+                    f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers",
+                    what=what,
+                ),
+                what,
+            ),
+            what,
+        )
+        found = [
+            ConflictingAutoscaler(
+                "HorizontalPodAutoscaler", hpa["metadata"]["name"], target.namespace
+            )
+            for hpa in hpas
+            if _targets(((hpa.get("spec") or {}).get("scaleTargetRef")) or {}, target, None)
+        ]
+        what = f"list KEDA ScaledObjects in {target.namespace}"
+        try:
+            scaled_objects = _items(
+                self._retrying(
+                    lambda: self._request(
+                        "GET",
+                        f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects",
+                        what=what,
+                    ),
+                    what,
+                ),
+                what,
+            )
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+            scaled_objects = []  # the CRD is not installed: KEDA is absent
+        found.extend(
+            ConflictingAutoscaler("ScaledObject", so["metadata"]["name"], target.namespace)
+            for so in scaled_objects
+            # KEDA defaults an omitted kind/apiVersion to an apps/v1 Deployment.
+            if _targets(((so.get("spec") or {}).get("scaleTargetRef")) or {}, target, "apps/v1")
+        )
+        return tuple(found)
+
+    # -- events and the custom resource ---------------------------------------
+
+    def create_event(
+        self,
+        involved_object: Mapping[str, Any],
+        reason: str,
+        message: str,
+        type: str,
+        now: Any,
+        *,
+        instance: str | None = None,
+    ) -> None:
+        """Record a core/v1 Event (see ``manifests.event``)."""
+        body = manifests.event(involved_object, reason, message, type, now, instance=instance)
+        namespace = body["metadata"]["namespace"]
+        what = f"record event {reason} on {involved_object.get('kind')} {namespace}/{involved_object.get('name')}"
+        self._retrying(
+            lambda: self._request(
+                "POST",
+                f"/api/v1/namespaces/{_seg(namespace)}/events",
+                what=what,
+                body=body,
+                write=True,
+            ),
+            what,
+        )
+
+    def get_scaler(self, name: str, namespace: str) -> dict[str, Any]:
+        what = f"read PredictiveScaler {namespace}/{name}"
+        return self._retrying(
+            lambda: self._request("GET", _scaler_path(namespace, name), what=what), what
+        )
+
+    def list_scalers(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """PredictiveScalers of one namespace, or of all namespaces when None."""
+        path = (
+            f"{_CR_PREFIX}/namespaces/{_seg(namespace)}/{manifests.PLURAL}"
+            if namespace
+            else f"{_CR_PREFIX}/{manifests.PLURAL}"
+        )
+        what = f"list PredictiveScalers in {namespace or 'all namespaces'}"
+        return _items(self._retrying(lambda: self._request("GET", path, what=what), what), what)
+
+    def patch_status(
+        self, scaler_name: str, namespace: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the scaler's status subresource; returns the updated object.
+
+        No resourceVersion: a merge patch is applied by the server to the
+        latest object, so retrying it after a 409 is safe.
+        """
+        body = manifests.status_patch(status)
+        what = f"write the status of PredictiveScaler {namespace}/{scaler_name}"
+        return self._retrying(
+            lambda: self._request(
+                "PATCH",
+                _scaler_path(namespace, scaler_name) + "/status",
+                what=what,
+                body=body,
+                content_type=_MERGE_PATCH,
+                write=True,
+            ),
+            what,
+            retry_conflicts=True,
+        )
+
+
+# ------------------------------------------------------------- pure helpers ---
+
+
+def count_pods(pods: Iterable[Mapping[str, Any]]) -> PodCounts:
+    """Classify pods as the HPA does: ready = Running with condition Ready=True."""
+    ready = starting = unscheduled = terminating = 0
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            terminating += 1
+            continue
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        if phase in ("Succeeded", "Failed"):
+            continue
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        if phase == "Running" and conditions.get("Ready") == "True":
+            ready += 1
+            continue
+        starting += 1
+        if conditions.get("PodScheduled") == "False":
+            unscheduled += 1
+    return PodCounts(ready, starting, unscheduled, terminating)
+
+
+def pod_gpu_request(pod: Mapping[str, Any], resource: str = manifests.GPU_RESOURCE) -> int:
+    """GPUs the scheduler reserves for a pod: max(app containers + sidecars,
+    largest plain init container). Extended resources default request = limit."""
+    spec = pod.get("spec") or {}
+
+    def request(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get(resource)
+        if value is None:
+            value = (resources.get("limits") or {}).get(resource)
+        return _quantity_int(value)
+
+    inits = spec.get("initContainers") or []
+    sidecars = sum(request(c) for c in inits if c.get("restartPolicy") == "Always")
+    plain_inits = [request(c) for c in inits if c.get("restartPolicy") != "Always"]
+    main = sum(request(c) for c in spec.get("containers") or []) + sidecars
+    return max([main, *plain_inits])
+
+
+def _quantity_int(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return int(str(value))
+    except ValueError:
+        try:
+            return int(float(str(value)))
+        except ValueError as exc:
+            raise DataError(
+                f"GPU quantity {value!r} is not a whole number; GPUs are counted in units"
+            ) from exc
+
+
+def _node_usable(node: Mapping[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _targets(ref: Mapping[str, Any], target: WorkloadRef, default_api_version: str | None) -> bool:
+    kind = ref.get("kind") or ("Deployment" if default_api_version else None)
+    if kind != target.kind or ref.get("name") != target.name:
+        return False
+    api_version = ref.get("apiVersion") or default_api_version
+    if api_version is None:
+        return True  # an HPA may omit apiVersion; kind and name decide
+    return api_version.rpartition("/")[0] == target.group
+
+
+def _items(answer: Any, what: str) -> list[dict[str, Any]]:
+    items = answer.get("items") if isinstance(answer, dict) else None
+    if not isinstance(items, list):
+        raise ClusterError(f"{what}: the API server answered without an items list")
+    return items
+
+
+def _scale_info(scale: Any, what: str) -> ScaleInfo:
+    try:
+        return ScaleInfo(
+            replicas=int((scale.get("spec") or {}).get("replicas") or 0),
+            status_replicas=int((scale.get("status") or {}).get("replicas") or 0),
+            selector=(scale.get("status") or {}).get("selector") or None,
+            resource_version=str(scale["metadata"]["resourceVersion"]),
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ClusterError(f"{what}: the API server answered with a malformed Scale") from exc
+
+
+def _placeholder_info(deployment: Mapping[str, Any]) -> PlaceholderInfo:
+    metadata = deployment.get("metadata") or {}
+    spec = deployment.get("spec") or {}
+    pod_spec = ((spec.get("template") or {}).get("spec")) or {}
+    owners = [o for o in metadata.get("ownerReferences") or [] if o.get("controller")]
+    return PlaceholderInfo(
+        name=metadata.get("name", ""),
+        namespace=metadata.get("namespace", ""),
+        replicas=int(spec.get("replicas") or 0),
+        ready_replicas=int((deployment.get("status") or {}).get("readyReplicas") or 0),
+        gpus_per_pod=pod_gpu_request({"spec": pod_spec}),
+        template_hash=(metadata.get("annotations") or {}).get(manifests.TEMPLATE_HASH_ANNOTATION),
+        owner_uid=owners[0].get("uid") if owners else None,
+        resource_version=str(metadata.get("resourceVersion", "")),
+    )
+
+
+def _target_not_found(target: WorkloadRef) -> ClusterError:
+    return ClusterError(
+        f"target not found: {target.describe()} does not exist; create it or fix "
+        "spec.target (apiVersion, kind, name) of the PredictiveScaler",
+        status=404,
+    )
+
+
+def _error_from_response(
+    status: int, data: bytes | None, headers: Mapping[str, str], what: str
+) -> ClusterError:
+    message = ""
+    try:
+        parsed = json.loads(data or b"{}")
+        if isinstance(parsed, dict):
+            message = str(parsed.get("message") or "")
+    except ValueError:
+        message = (data or b"")[:200].decode("utf-8", "replace")
+    detail = f"{what}: HTTP {status}" + (f": {message}" if message else "")
+    if status == 409:
+        return ConflictError(f"{detail} (the object changed since it was read; re-read and retry)")
+    if status == 429:
+        retry_after = _retry_after_seconds(headers)
+        return ThrottledError(
+            f"{detail} (throttled by the API server; backing off)", retry_after=retry_after
+        )
+    if status >= 500:
+        return ClusterError(
+            f"{detail} (API server error; retried with backoff)", status=status, retryable=True
+        )
+    if status in (401, 403):
+        return ClusterError(
+            f"{detail} (the controller's ServiceAccount lacks this permission; compare the "
+            "RBAC rules with docs/kube-api-calls.md)",
+            status=status,
+        )
+    return ClusterError(detail, status=status)
+
+
+def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After") if headers else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+def _seg(value: str) -> str:
+    return quote(str(value), safe="")
+
+
+def _deployment_path(namespace: str, name: str) -> str:
+    return f"/apis/apps/v1/namespaces/{_seg(namespace)}/deployments/{_seg(name)}"
+
+
+def _scaler_path(namespace: str, name: str) -> str:
+    return f"{_CR_PREFIX}/namespaces/{_seg(namespace)}/{manifests.PLURAL}/{_seg(name)}"
+
+
+if __name__ == "__main__":
+    print(api_calls_markdown(), end="")
