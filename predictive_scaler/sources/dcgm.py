@@ -63,11 +63,17 @@ def escape_regex(value: str) -> str:
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", value)
 
 
+#: What follows ``<workload>-`` in a pod name: a Deployment's ``<template-hash>-<suffix>`` or a
+#: StatefulSet's ``<ordinal>``. Narrower than ``-.*`` so that Deployment ``llm`` does not
+#: claim the pods of ``llm-canary`` (``llm-canary-5d6f7b8c9-zzzzz``).
+POD_SUFFIX_REGEX = "([a-z0-9]+-)?[a-z0-9]+"
+
+
 def pod_selector(namespace: str, workload: str, labels: DcgmLabels = DEFAULT_LABELS) -> str:
-    """``{namespace="ns",pod=~"name-.*"}`` — the GPUs held by the pods of Deployment ``workload``."""
+    """``{namespace="ns",pod=~"name-<suffix>"}`` — the GPUs held by the pods of ``workload``."""
     _check_name(namespace, "namespace")
     _check_name(workload, "workload")
-    pod_regex = escape_label_value(escape_regex(workload) + "-.*")
+    pod_regex = escape_label_value(escape_regex(workload) + "-" + POD_SUFFIX_REGEX)
     return f'{{{labels.namespace}="{escape_label_value(namespace)}",{labels.pod}=~"{pod_regex}"}}'
 
 

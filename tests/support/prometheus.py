@@ -184,6 +184,10 @@ class StandardHistory:
       the trace divided by ``capacity_per_gpu`` (req/s at 100 %), clipped to 0–100;
     - ``DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod="stuck-…"}``: a GPU whose exporter stops
       reporting at ``stuck_stop`` (a frozen/dead exporter);
+    - ``DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod=<idle_pods>}``: workload ``idle`` with
+      constant utilisation ``idle_utils`` (one GPU idle, one busy);
+    - ``DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod=<neighbour_pod>}``: Deployment ``llm-canary``,
+      whose pod names start with ``llm-`` too (must not count as ``llm``'s), at 100 %;
     - ``queue_depth{namespace="dup",pod="dup-0",instance="a"|"b"}``: the same pod scraped
       twice (duplicated series), values ``dup_values``.
     """
@@ -196,6 +200,9 @@ class StandardHistory:
     stuck_pod: str
     stuck_stop: datetime
     dup_values: tuple[float, float]
+    idle_pods: tuple[str, ...]
+    idle_utils: tuple[float, ...]
+    neighbour_pod: str
     sample_step: int
 
 
@@ -224,6 +231,13 @@ def standard_history(sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS) -> tuple[St
     per_gpu: list[tuple[dict[str, str], Series]] = [
         ({"pod": p, "UUID": f"GPU-{i:08d}", **gpu}, util) for i, p in enumerate(pods)]
     per_gpu.append(({"pod": stuck_pod, "UUID": "GPU-stuck", **gpu}, stuck))
+    idle_pods = ("idle-7c9d8f6b5-aaaaa", "idle-7c9d8f6b5-bbbbb")
+    idle_utils = (2.0, 50.0)
+    neighbour_pod = "llm-canary-5d6f7b8c9-zzzzz"
+    for pod, level in [*zip(idle_pods, idle_utils, strict=True), (neighbour_pod, 100.0)]:
+        flat_util = Series(values=np.full(len(trace), level), start=trace.start,
+                           step_seconds=trace.step_seconds)
+        per_gpu.append(({"pod": pod, "UUID": f"GPU-{pod}", **gpu}, flat_util))
     dup_values = (3.0, 4.0)
     flat = [Series(values=np.full(len(trace), v), start=trace.start, step_seconds=trace.step_seconds)
             for v in dup_values]
@@ -235,7 +249,8 @@ def standard_history(sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS) -> tuple[St
     history = StandardHistory(trace=trace, pods=pods, reset_every=reset_every,
                               gap=(gap_start.to_pydatetime(), gap_end.to_pydatetime()),
                               capacity_per_gpu=capacity, stuck_pod=stuck_pod, stuck_stop=stuck_stop,
-                              dup_values=dup_values, sample_step=sample_step)
+                              dup_values=dup_values, idle_pods=idle_pods, idle_utils=idle_utils,
+                              neighbour_pod=neighbour_pod, sample_step=sample_step)
     return history, counters, gauges
 
 
