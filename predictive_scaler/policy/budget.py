@@ -1,0 +1,91 @@
+"""The hard prewarm budget: how many speculative GPUs may exist, failing closed.
+
+Speculative GPUs are every GPU that exists only because of the forecast. The
+budget bounds their count and their cost per hour. This module re-checks the
+numbers itself (NaN, negative, non-numeric, a cost limit without a price) and
+answers "no speculation" on anything wrong, so no input, however strange, buys
+more than the operator allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from predictive_scaler.policy.capacity import REPLICA_CAP
+from predictive_scaler.spec import Budget
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """Speculative GPUs allowed now, and how that was derived (for reasons)."""
+
+    gpus: int
+    price_per_gpu_hour: float | None
+    currency: str
+    #: Why nothing is allowed (invalid or empty budget); None when the budget is usable.
+    problem: str | None
+    #: Human description of the limits, e.g. "max 8 GPUs, max 20.00 USD/h at 2.50 USD/GPU-hour".
+    summary: str
+
+    def cost(self, gpus: int) -> float | None:
+        return None if self.price_per_gpu_hour is None else gpus * self.price_per_gpu_hour
+
+
+def _bad_number(value: Any) -> bool:
+    return (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    )
+
+
+def allowance(budget: Budget) -> Allowance:
+    """Speculative GPUs the budget allows; 0 with a ``problem`` when it is unusable."""
+    currency = budget.currency if isinstance(budget.currency, str) and budget.currency else "?"
+    price = budget.price_per_gpu_hour
+    max_gpus = budget.max_gpus
+    max_cost = budget.max_cost_per_hour
+
+    def closed(problem: str) -> Allowance:
+        good_price = None if price is None or _bad_number(price) else float(price)
+        return Allowance(0, good_price, currency, problem, "no speculation")
+
+    for name, value in (("maxGpus", max_gpus), ("maxCostPerHour", max_cost), ("pricePerGpuHour", price)):
+        if value is not None and _bad_number(value):
+            return closed(f"the prewarm budget is invalid: {name} is {value!r}, not a non-negative number; "
+                          f"fix spec.prewarm.budget.{name} — no speculative GPUs until then")
+    if max_gpus is not None and not float(max_gpus).is_integer():
+        return closed(f"the prewarm budget is invalid: maxGpus {max_gpus!r} is not a whole number; "
+                      "fix spec.prewarm.budget.maxGpus — no speculative GPUs until then")
+    if max_gpus is None and max_cost is None:
+        return closed("no prewarm budget is set (spec.prewarm.budget.maxGpus or maxCostPerHour), so "
+                      "nothing is speculated; set one to let the forecast add capacity ahead of demand")
+    gpus = REPLICA_CAP
+    parts = []
+    if max_gpus is not None:
+        gpus = min(gpus, int(max_gpus))
+        parts.append(f"max {int(max_gpus)} GPUs")
+    if max_cost is not None:
+        if price is None:
+            return closed("the prewarm budget is invalid: maxCostPerHour is set without pricePerGpuHour; "
+                          "set spec.prewarm.budget.pricePerGpuHour — no speculative GPUs until then")
+        parts.append(f"max {max_cost:.2f} {currency}/h at {price:.2f} {currency}/GPU-hour")
+        if price > 0:
+            gpus = min(gpus, _gpus_within(float(max_cost), float(price)))
+    return Allowance(gpus, None if price is None else float(price), currency, None, ", ".join(parts))
+
+
+def _gpus_within(max_cost: float, price: float) -> int:
+    """Largest n with n × price ≤ max_cost, exactly as the cost will be computed."""
+    ratio = max_cost / price
+    if not math.isfinite(ratio) or ratio >= REPLICA_CAP:
+        return REPLICA_CAP
+    n = math.floor(ratio)
+    while n > 0 and n * price > max_cost:
+        n -= 1
+    while (n + 1) * price <= max_cost and n < REPLICA_CAP:
+        n += 1
+    return n

@@ -1,0 +1,360 @@
+"""The planner: forecast + observed demand + cluster state → a decision. Pure.
+
+No I/O, no clock: ``now`` is an argument and all memory is the explicit,
+serialisable :class:`PlannerState`. Strategies:
+
+- ``predictive`` — replicas for the highest planned-on quantile (P95) over the
+  next pod-start lead time, never below the reactive policy's ask; placeholder
+  GPUs for the extra demand expected over the next node lead time beyond the
+  replicas that exist or are starting (free GPUs on existing nodes absorb what
+  they can). Everything above the reactive ask is speculative and bounded by
+  the hard budget: first the replicas, then whole placeholder nodes.
+- ``reactive`` — the HPA algorithm (see :mod:`reactive`), no speculation;
+  used when the model is missing/stale/invalid, the forecast drifts, or demand
+  has been missing for more than ``missingDataPeriods`` control periods.
+- ``hold`` — no valid demand: keep the current replicas, never scale down,
+  keep (never add) placeholders within the budget.
+
+docs/planner.md lists every reason and limit string.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.policy import budget as budget_policy
+from predictive_scaler.policy import drift as drift_policy
+from predictive_scaler.policy import reactive as reactive_policy
+from predictive_scaler.policy.capacity import REPLICA_CAP, clamp, replicas_for, view_forecast
+from predictive_scaler.policy.state import PlannerState
+from predictive_scaler.spec import ScalerSpec
+
+__all__ = ["ClusterState", "Decision", "DemandSample", "PlannerState", "plan"]
+
+
+@dataclass(frozen=True)
+class DemandSample:
+    """Total demand now (req/s or busy GPUs) and when it was observed (None: unknown, taken as fresh)."""
+
+    value: float
+    observed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the cluster looks like now, as the adapter observed it.
+
+    ``free_gpus`` are GPUs on existing nodes that no pod (placeholders included) requests.
+    """
+
+    desired_replicas: int
+    ready_replicas: int
+    starting_replicas: int = 0
+    placeholder_gpus: int = 0
+    free_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired_replicas: int
+    placeholder_gpus: int
+    strategy: str  # "predictive" | "reactive" | "hold"
+    speculative_gpus: int
+    speculative_cost_per_hour: float | None
+    limits: tuple[str, ...]
+    reasons: tuple[str, ...]
+    currency: str = "USD"
+    #: What the HPA rule alone would do now (the floor of the predictive strategy).
+    reactive_replicas: int = 0
+    #: Replicas the forecast asked for before the budget (predictive only).
+    predicted_replicas: int | None = None
+    demand: float | None = None
+    #: Highest planned-on quantile over the pod / node lead time.
+    forecast_pod_lead: float | None = None
+    forecast_node_lead: float | None = None
+    drift: str | None = None
+    metrics_problem: str | None = None
+    model_problem: str | None = None
+    budget_problem: str | None = None
+    strategy_changed: bool = field(default=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "desiredReplicas": self.desired_replicas,
+            "placeholderGpus": self.placeholder_gpus,
+            "strategy": self.strategy,
+            "speculativeGpus": self.speculative_gpus,
+            "speculativeCostPerHour": self.speculative_cost_per_hour,
+            "currency": self.currency,
+            "reactiveReplicas": self.reactive_replicas,
+            "predictedReplicas": self.predicted_replicas,
+            "demand": self.demand,
+            "forecastPodLead": self.forecast_pod_lead,
+            "forecastNodeLead": self.forecast_node_lead,
+            "drift": self.drift,
+            "limits": list(self.limits),
+            "reasons": list(self.reasons),
+        }
+
+
+def _count(v: Any) -> int:
+    """A cluster count as a sane non-negative int (adapters may hand us garbage)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return 0
+    if not math.isfinite(f) or f <= 0:
+        return 0
+    return int(min(f, REPLICA_CAP))
+
+
+def _demand_value(demand: DemandSample | None, now: float, max_age: int) -> tuple[float | None, str | None]:
+    if demand is None:
+        return None, "no demand observation"
+    try:
+        v = float(demand.value)
+    except (TypeError, ValueError):
+        return None, f"demand {demand.value!r} is not a number"
+    if math.isnan(v):
+        return None, "demand is NaN (empty or partial metrics)"
+    if math.isinf(v) or v < 0:
+        return None, f"demand {v} is not a finite non-negative number"
+    if demand.observed_at is not None:
+        age = now - demand.observed_at.timestamp()
+        if age > max_age:
+            return None, f"demand is stale: observed {age:.0f} s ago (maxAgeSeconds {max_age})"
+    return v, None
+
+
+def plan(
+    spec: ScalerSpec,
+    forecast: Forecast | None,
+    demand: DemandSample | None,
+    cluster: ClusterState,
+    state: PlannerState,
+    now: datetime,
+    *,
+    forecast_problem: str | None = None,
+    metrics_problem: str | None = None,
+) -> tuple[Decision, PlannerState]:
+    """Decide replicas and placeholders for ``now``. Pure; same inputs → same outputs.
+
+    ``forecast_problem``/``metrics_problem`` let the caller say why a forecast or a
+    demand sample is missing (the ModelError/SourceError message) for the reasons.
+    """
+    t = now.timestamp()
+    current = _count(cluster.desired_replicas)
+    ready = _count(cluster.ready_replicas)
+    placeholders_now = _count(cluster.placeholder_gpus)
+    free = _count(cluster.free_gpus)
+    lo, hi = spec.min_replicas, spec.max_replicas
+    cap = spec.capacity_per_replica
+    unit = spec.demand_unit
+    gpr = spec.gpus_per_replica
+    gpn = spec.prewarm.gpus_per_node
+    allow = budget_policy.allowance(spec.prewarm.budget)
+    currency = allow.currency
+
+    value, demand_problem = _demand_value(demand, t, spec.demand.max_age_seconds)
+    if value is None and metrics_problem:
+        demand_problem = f"{metrics_problem}; {demand_problem}" if demand is not None else metrics_problem
+    view, view_problem = view_forecast(forecast, spec.quantile, t)
+    model_problem = None
+    if view is None:
+        model_problem = forecast_problem or view_problem
+
+    drift_state = state.drift
+    if view is not None:
+        drift_state = drift_policy.refresh_pending(drift_state, view, t)
+    events = reactive_policy.prune_events(state.scale_events, spec.reactive, t)
+    reasons: list[str] = []
+    limits: list[str] = []
+    drift_note: str | None = None
+    predicted: int | None = None
+    q_pod = q_node = None
+    spec_gpus = 0
+    placeholders = 0
+
+    reactive = reactive_policy.recommend(
+        spec.reactive, demand=value, capacity=cap, current=current, ready=ready,
+        min_replicas=lo, max_replicas=hi, recommendations=state.recommendations,
+        scale_events=events, now=t, unit=unit,
+    )
+    if value is None:
+        missing_since = state.missing_since if state.missing_since is not None else t
+        periods = int((t - missing_since) // spec.control_period_seconds) + 1
+        desired = reactive.desired
+        limits.append("missing-data")
+        if periods <= spec.missing_data_periods:
+            strategy = "hold"
+            reasons.append(
+                f"holding {desired} replicas: no valid demand for {periods} control period(s) "
+                f"({demand_problem}); never scaling down on missing data, no new prewarming; "
+                f"reactive fallback after {spec.missing_data_periods} periods")
+            if spec.prewarm.enabled and placeholders_now and allow.gpus >= gpn:
+                per_node = gpn // gpr
+                kept_replicas = min(placeholders_now // gpr, (allow.gpus // gpn) * per_node)
+                placeholders = kept_replicas * gpr
+                spec_gpus = math.ceil(kept_replicas / per_node) * gpn
+                if placeholders:
+                    reasons.append(f"keeping {placeholders} placeholder GPUs already present "
+                                   f"({spec_gpus} speculative GPUs on whole nodes)")
+        else:
+            strategy = "reactive"
+            reasons.append(
+                f"reactive fallback: no valid demand for {periods} control periods ({demand_problem}); "
+                f"keeping {desired} replicas (missing metrics never scale down) and removing placeholders")
+        reasons.extend(reactive.reasons[1:] if len(reactive.reasons) > 1 else ())
+    else:
+        missing_since = None
+        drift_state, drift_note = drift_policy.observe(
+            drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap)
+        limits.extend(reactive.limits)
+        if model_problem is not None:
+            strategy = "reactive"
+            reasons.append(f"reactive: {model_problem}; scaling like the HPA until a valid model is served")
+        elif drift_state.drifting:
+            strategy = "reactive"
+            why = drift_note or f"forecast drift ({drift_state.direction}) since " \
+                                 f"{datetime.fromtimestamp(drift_state.since or t).isoformat()}"
+            good = "" if drift_state.good_since is None else \
+                f"; good again for {int(t - drift_state.good_since)} s"
+            reasons.append(f"reactive: {why}; back to predictive after the forecast has been good for "
+                           f"{spec.drift.recovery_seconds} s{good}")
+        else:
+            strategy = "predictive"
+        reasons.extend(reactive.reasons)
+        desired = reactive.desired
+        if strategy == "predictive":
+            assert view is not None
+            if drift_note:
+                reasons.append(drift_note)
+            lead_pod = spec.lead_times.pod_start_seconds
+            lead_node = spec.lead_times.node_start_seconds
+            q_pod, _ = view.max_over(t, t + lead_pod)
+            q_node, node_covered = view.max_over(t, t + lead_node)
+            predicted = clamp(replicas_for(q_pod, cap), lo, hi)
+            raw_pred = replicas_for(q_pod, cap)
+            p = f"P{spec.quantile * 100:g}"
+            reasons.append(f"predictive: {p} demand over the next {lead_pod} s is {q_pod:.4g} {unit}; at "
+                           f"{cap:g} {unit} per replica that needs {raw_pred} replicas")
+            if raw_pred > hi:
+                limits.append("max-replicas")
+                reasons.append(f"clamped to maxReplicas {hi} (forecast asks for {raw_pred})")
+            want = max(predicted, reactive.desired)
+            extra_wanted = want - reactive.desired
+            extra_allowed = min(extra_wanted, allow.gpus // gpr)
+            desired = reactive.desired + extra_allowed
+            spec_gpus = extra_allowed * gpr
+            if extra_wanted > 0:
+                cost = allow.cost(spec_gpus)
+                reasons.append(
+                    f"{extra_allowed} replicas above the reactive need of {reactive.desired} are speculative "
+                    f"({spec_gpus} GPUs{_cost_text(cost, currency)})")
+                if extra_allowed < extra_wanted:
+                    limits.append("budget")
+                    reasons.append(_budget_text(allow, extra_wanted * gpr, "replicas"))
+            elif predicted < reactive.desired:
+                reasons.append(f"the forecast needs {predicted} replicas, fewer than the reactive "
+                               f"{reactive.desired}; keeping the reactive floor")
+            if spec.prewarm.enabled:
+                placeholders, node_gpus, ph_reasons, ph_limited = _placeholders(
+                    q_node, cap, unit, hi, desired, current, free, gpr, gpn,
+                    allow.gpus - spec_gpus, lead_node, node_covered, allow, currency, p)
+                spec_gpus += node_gpus
+                reasons.extend(ph_reasons)
+                if ph_limited and "budget" not in limits:
+                    limits.append("budget")
+    if allow.problem is not None and strategy == "predictive":
+        limits.append("budget-invalid" if "invalid" in allow.problem else "budget-empty")
+        reasons.append(allow.problem)
+    cost = allow.cost(spec_gpus)
+
+    if desired != current:
+        events = tuple(e for e in events if e[0] != t) + ((t, desired - current),)
+    changed = strategy != state.strategy
+    new_state = PlannerState(
+        strategy=strategy,
+        strategy_since=t if changed else state.strategy_since,
+        recommendations=reactive.recommendations,
+        scale_events=events,
+        missing_since=missing_since,
+        drift=drift_state,
+        last_decided_at=t,
+    )
+    decision = Decision(
+        desired_replicas=desired,
+        placeholder_gpus=placeholders,
+        strategy=strategy,
+        speculative_gpus=spec_gpus,
+        speculative_cost_per_hour=cost,
+        limits=tuple(dict.fromkeys(limits)),
+        reasons=tuple(reasons),
+        currency=currency,
+        reactive_replicas=reactive.desired,
+        predicted_replicas=predicted,
+        demand=value,
+        forecast_pod_lead=q_pod,
+        forecast_node_lead=q_node,
+        drift=drift_state.direction if drift_state.drifting else None,
+        metrics_problem=demand_problem,
+        model_problem=model_problem,
+        budget_problem=allow.problem,
+        strategy_changed=changed and state.strategy != "",
+    )
+    return decision, new_state
+
+
+def _placeholders(
+    q_node: float, cap: float, unit: str, hi: int, desired: int, current: int, free: int,
+    gpr: int, gpn: int, remaining: int, lead_node: int, covered: bool,
+    allow: budget_policy.Allowance, currency: str, p: str,
+) -> tuple[int, int, list[str], bool]:
+    """Placeholder GPUs for the demand one node lead time ahead; (gpus, node gpus, reasons, budget-limited)."""
+    reasons: list[str] = []
+    need = min(replicas_for(q_node, cap), hi)
+    extra = max(0, need - desired)
+    horizon = "" if covered else " (the forecast horizon ends before the node lead time)"
+    if extra == 0:
+        reasons.append(f"prewarm: {p} demand over the next {lead_node} s is {q_node:.4g} {unit}{horizon}, "
+                       f"needing {need} replicas; the {desired} existing or starting replicas cover it, "
+                       "no placeholders")
+        return 0, 0, reasons, False
+    new_replica_gpus = max(0, desired - current) * gpr
+    free_after = max(0, free - new_replica_gpus)
+    fit_free = min(extra, free_after // gpr)
+    ph_replicas = extra - fit_free
+    per_node = gpn // gpr
+    nodes_needed = math.ceil(ph_replicas / per_node)
+    nodes_allowed = min(nodes_needed, max(0, remaining) // gpn)
+    allowed_replicas = min(ph_replicas, nodes_allowed * per_node)
+    gpus = allowed_replicas * gpr
+    node_gpus = nodes_allowed * gpn
+    reasons.append(
+        f"prewarm: {p} demand over the next {lead_node} s is {q_node:.4g} {unit}{horizon}, needing {need} "
+        f"replicas, {extra} more than the {desired} existing or starting; {fit_free} fit on free GPUs of "
+        f"existing nodes, {ph_replicas} need new nodes")
+    if ph_replicas:
+        reasons.append(
+            f"{gpus} placeholder GPUs keep {nodes_allowed} node(s) of {gpn} GPUs warm "
+            f"({node_gpus} speculative GPUs{_cost_text(allow.cost(node_gpus), currency)})")
+    limited = allowed_replicas < ph_replicas
+    if limited:
+        reasons.append(_budget_text(allow, nodes_needed * gpn, "prewarmed nodes", remaining))
+    return gpus, node_gpus, reasons, limited
+
+
+def _cost_text(cost: float | None, currency: str) -> str:
+    return "" if cost is None else f", {cost:.2f} {currency}/h"
+
+
+def _budget_text(allow: budget_policy.Allowance, wanted_gpus: int, what: str, remaining: int | None = None) -> str:
+    if allow.problem is not None:
+        return f"no speculative {what}: {allow.problem}"
+    left = "" if remaining is None else f", {max(0, remaining)} GPUs of it left after the speculative replicas"
+    return (f"prewarm budget limits the speculative {what}: they would take {wanted_gpus} GPUs, the budget "
+            f"allows {allow.gpus} ({allow.summary}){left}")

@@ -1,0 +1,135 @@
+"""The planner's memory: a small, JSON-able value kept in the resource's status.
+
+Times are epoch seconds (floats round-trip exactly through JSON), so
+serialise → restore → decide gives the same decision as deciding directly.
+Every sequence is bounded: pruned by time window or by count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from predictive_scaler.errors import ConfigError
+
+#: Bumped when the shape changes; an unknown version is refused, not guessed at.
+STATE_VERSION = 1
+
+Strategy = str  # "predictive" | "reactive" | "hold" | "" (nothing decided yet)
+STRATEGIES = ("predictive", "reactive", "hold")
+
+#: Drift outcome codes, one per evaluated observation.
+OK, ABOVE, FAR_ABOVE, FAR_BELOW = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class PendingForecast:
+    """The forecast issued for one model step, awaiting the observations made in it."""
+
+    step_start: float
+    p50: float | None
+    pq: float
+
+
+@dataclass(frozen=True)
+class DriftState:
+    pending: tuple[PendingForecast, ...] = ()
+    outcomes: tuple[int, ...] = ()
+    last_evaluated_at: float | None = None
+    drifting: bool = False
+    direction: str | None = None  # "under-forecast" | "over-forecast"
+    since: float | None = None
+    good_since: float | None = None
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    strategy: Strategy = ""
+    strategy_since: float | None = None
+    #: (time, raw reactive recommendation) within the longest stabilisation window.
+    recommendations: tuple[tuple[float, int], ...] = ()
+    #: (time, replica change) within the longest scale policy period.
+    scale_events: tuple[tuple[float, int], ...] = ()
+    #: When the current run of missing/stale demand began.
+    missing_since: float | None = None
+    drift: DriftState = field(default_factory=DriftState)
+    last_decided_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.drift
+        return {
+            "version": STATE_VERSION,
+            "strategy": self.strategy,
+            "strategySince": self.strategy_since,
+            "recommendations": [[t, r] for t, r in self.recommendations],
+            "scaleEvents": [[t, n] for t, n in self.scale_events],
+            "missingSince": self.missing_since,
+            "lastDecidedAt": self.last_decided_at,
+            "drift": {
+                "pending": [[p.step_start, p.p50, p.pq] for p in d.pending],
+                "outcomes": list(d.outcomes),
+                "lastEvaluatedAt": d.last_evaluated_at,
+                "drifting": d.drifting,
+                "direction": d.direction,
+                "since": d.since,
+                "goodSince": d.good_since,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PlannerState:
+        """Restore; ``None`` or ``{}`` is a fresh state. Anything malformed raises ConfigError."""
+        if not data:
+            return cls()
+        try:
+            if data.get("version") != STATE_VERSION:
+                raise ConfigError(
+                    f"status.plannerState: version {data.get('version')!r} is not {STATE_VERSION}; "
+                    "clear status.plannerState to start afresh", field="status.plannerState.version")
+            d = data.get("drift") or {}
+            strategy = str(data.get("strategy", ""))
+            if strategy not in ("", *STRATEGIES):
+                raise ValueError(f"unknown strategy {strategy!r}")
+            direction = d.get("direction")
+            if direction not in (None, "under-forecast", "over-forecast"):
+                raise ValueError(f"unknown drift direction {direction!r}")
+            return cls(
+                strategy=strategy,
+                strategy_since=_opt_time(data.get("strategySince")),
+                recommendations=tuple((_time(t), int(r)) for t, r in data.get("recommendations", ())),
+                scale_events=tuple((_time(t), int(n)) for t, n in data.get("scaleEvents", ())),
+                missing_since=_opt_time(data.get("missingSince")),
+                last_decided_at=_opt_time(data.get("lastDecidedAt")),
+                drift=DriftState(
+                    pending=tuple(
+                        PendingForecast(_time(s), None if p50 is None else float(p50), float(pq))
+                        for s, p50, pq in d.get("pending", ())
+                    ),
+                    outcomes=tuple(int(o) for o in d.get("outcomes", ())),
+                    last_evaluated_at=_opt_time(d.get("lastEvaluatedAt")),
+                    drifting=bool(d.get("drifting", False)),
+                    direction=direction,
+                    since=_opt_time(d.get("since")),
+                    good_since=_opt_time(d.get("goodSince")),
+                ),
+            )
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(
+                f"status.plannerState is malformed ({exc}); clear status.plannerState to start afresh",
+                field="status.plannerState",
+            ) from exc
+
+
+def _time(v: Any) -> float:
+    t = float(v)
+    if not math.isfinite(t):
+        raise ValueError(f"time {v!r} is not finite")
+    return t
+
+
+def _opt_time(v: Any) -> float | None:
+    return None if v is None else _time(v)
