@@ -1,0 +1,51 @@
+"""Fixtures for the Kubernetes adapter tests: the stateful fake API server and
+an adapter pointed at it with a fake clock (no real sleeping)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from pytest_httpserver import HTTPServer
+
+from predictive_scaler.clock import FakeClock
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.retry import RetryPolicy
+
+from .fake_apiserver import FakeApiServer
+
+START = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def fake_api(httpserver: HTTPServer) -> Iterator[FakeApiServer]:
+    with FakeApiServer(httpserver) as server:
+        yield server
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def cluster(fake_api: FakeApiServer, clock: FakeClock, sleeps: list[float]) -> KubeCluster:
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.advance(seconds)
+
+    return KubeCluster(
+        fake_api.api_client,
+        retry=RetryPolicy(),
+        clock=clock,
+        sleep=sleep,
+        rng=random.Random(7),
+        request_timeout=5.0,
+    )
