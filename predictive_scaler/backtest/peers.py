@@ -4,13 +4,13 @@ Each peer turns a demand timeline into a desired-replica schedule with numpy
 (or a tight loop where the rule is sequential), so a 42-day, 1-minute backtest
 costs milliseconds per peer; the simulator then plays the schedule.
 
-- ``reactive``: HPA on the demand seen with the metrics delay (tolerance 10 %,
-  300 s scale-down stabilisation, scale-up max(100 %, 4 pods) per 15 s,
-  missing metrics never scale down, min/max clamps) — DESIGN §5.
+- ``reactive``: the planner's own HPA rule (policy/reactive.py: tolerance,
+  scale-down stabilisation, scale-up rate, missing metrics never scale down,
+  min/max clamps) on the demand seen with the metrics delay.
 - ``static``: a fixed fleet sized for the peak of the training window.
 - ``holt-winters``: the Predictive HPA approach — Holt-Winters (damped additive,
   daily season) on the reactive replica recommendation, forecast over the node
-  lead time, the max of that and the reactive recommendation fed to the HPA.
+  lead time, the max of that and the observed demand fed to the same HPA rule.
 - ``oracle``: perfect foresight with the same lead times — at each tick it asks
   for the most replicas any tick within one cold-start lead time will need.
 - the physical bound: whole nodes exactly fitting each tick's need, zero lead time.
@@ -19,18 +19,14 @@ costs milliseconds per peer; the simulator then plays the schedule.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from predictive_scaler.backtest.simulator import ClusterConfig, Demand
-
-#: HPA defaults (DESIGN §5).
-HPA_TOLERANCE = 0.1
-HPA_DOWNSCALE_STABILIZATION_S = 300.0
-HPA_SCALE_UP_PERIOD_S = 15.0
+from predictive_scaler.backtest.simulator import ClusterConfig, Demand, SimulatedCluster
+from predictive_scaler.policy.reactive import prune_events, recommend
+from predictive_scaler.spec import ReactiveBehavior
 
 
 @dataclass(frozen=True)
@@ -48,65 +44,55 @@ def observed(demand: Demand, delay_s: float) -> np.ndarray:
     return out
 
 
-def hpa_schedule(
-    metric: np.ndarray,
-    *,
-    target_per_replica: float,
-    bounds: Bounds,
-    control_every: int,
-    tick_s: int,
-    initial: int,
-    floor: np.ndarray | None = None,
-    tolerance: float = HPA_TOLERANCE,
-    stabilization_s: float = HPA_DOWNSCALE_STABILIZATION_S,
-) -> np.ndarray:
-    """Desired replicas per tick of an HPA whose metric is total demand (per-pod average × pods).
+class HpaControl:
+    """The reactive policy as a simulator control step: the planner's own HPA rule
+    (:func:`predictive_scaler.policy.reactive.recommend`) on the delayed demand metric.
 
-    ``floor`` (replicas per tick) is a recommendation the HPA must not go under
-    — how the Holt-Winters peer injects its forecast.
+    ``floor`` (demand units per tick) is a forecast the HPA must not go under —
+    how the Holt-Winters peer injects its prediction, as the Predictive HPA does.
     """
-    n = metric.shape[0]
-    out = np.empty(n, dtype=np.int64)
-    period_s = control_every * tick_s
-    window = max(1, int(round(stabilization_s / period_s)))
-    ups = max(1, int(period_s // HPA_SCALE_UP_PERIOD_S))
-    recent: list[int] = []
-    current = int(np.clip(initial, bounds.min_replicas, bounds.max_replicas))
-    for i in range(n):
-        if i % control_every == 0:
-            value = metric[i]
-            if not math.isfinite(value):
-                rec = current  # a missing metric never scales down
-            else:
-                ratio = value / (max(current, 1) * target_per_replica)
-                if current > 0 and abs(ratio - 1.0) <= tolerance:
-                    rec = current
-                else:
-                    rec = int(math.ceil(value / target_per_replica - 1e-9))
-            if floor is not None:
-                rec = max(rec, int(floor[i]))
-            rec = int(np.clip(rec, bounds.min_replicas, bounds.max_replicas))
-            recent.append(rec)
-            if len(recent) > window:
-                recent.pop(0)
-            if rec > current:
-                limit = current
-                for _ in range(ups):
-                    limit = max(2 * limit, limit + 4)
-                current = min(rec, limit)
-            else:
-                current = min(current, max(recent))
-        out[i] = current
-    return out
 
+    def __init__(
+        self,
+        metric: np.ndarray,
+        *,
+        behavior: ReactiveBehavior,
+        capacity: float,
+        bounds: Bounds,
+        floor: np.ndarray | None = None,
+    ) -> None:
+        self.metric = metric
+        self.behavior = behavior
+        self.capacity = capacity
+        self.bounds = bounds
+        self.floor = floor
+        self._recommendations: tuple[tuple[float, int], ...] = ()
+        self._events: tuple[tuple[float, int], ...] = ()
 
-def reactive_schedule(demand: Demand, config: ClusterConfig, bounds: Bounds, *, target_utilization: float,
-                      control_every: int, initial: int) -> np.ndarray:
-    return hpa_schedule(
-        observed(demand, config.metrics_delay_s),
-        target_per_replica=demand.capacity_per_replica * target_utilization,
-        bounds=bounds, control_every=control_every, tick_s=demand.tick_s, initial=initial,
-    )
+    def __call__(self, i: int, now_s: float, cluster: SimulatedCluster) -> bool:
+        value = float(self.metric[i])
+        observed_value: float | None = value if math.isfinite(value) else None
+        forecast_won = False
+        if self.floor is not None and observed_value is not None and self.floor[i] > observed_value:
+            observed_value, forecast_won = float(self.floor[i]), True
+        snap_current = cluster.desired_replicas
+        result = recommend(
+            self.behavior,
+            demand=observed_value,
+            capacity=self.capacity,
+            current=snap_current,
+            ready=cluster.ready_replicas(now_s),
+            min_replicas=self.bounds.min_replicas,
+            max_replicas=self.bounds.max_replicas,
+            recommendations=self._recommendations,
+            scale_events=self._events,
+            now=now_s,
+        )
+        self._recommendations = result.recommendations
+        if result.desired != snap_current:
+            self._events = prune_events(self._events + ((now_s, result.desired - snap_current),), self.behavior, now_s)
+        cluster.apply(result.desired, 0, now_s)
+        return not forecast_won
 
 
 def static_replicas(training_demand: np.ndarray, capacity_per_replica: float) -> int:
@@ -143,29 +129,29 @@ class HoltWintersState:
     season: np.ndarray  # last m seasonal terms, oldest first
 
 
-def fit_holt_winters(y: np.ndarray, season: int) -> HoltWintersState:
-    """Damped additive Holt-Winters fitted by statsmodels on ``y`` (gaps interpolated)."""
-    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+#: Smoothing parameters of the Holt-Winters peer. The Predictive HPA takes them from
+#: its user rather than fitting them; these are a moderate, commonly used setting.
+HW_ALPHA, HW_BETA, HW_GAMMA, HW_PHI = 0.5, 0.05, 0.3, 0.98
 
+
+def fit_holt_winters(y: np.ndarray, season: int) -> HoltWintersState:
+    """Damped additive Holt-Winters with fixed smoothing, state initialised and filtered over ``y``.
+
+    Initial state: level = mean of the first season, no trend, seasonal terms =
+    the mean deviation of each slot of the season from its day's mean (gaps interpolated).
+    """
     y = _interpolate(y)
-    use_season = season >= 2 and y.size >= 2 * season
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = ExponentialSmoothing(
-            y, trend="add", damped_trend=True,
-            seasonal="add" if use_season else None,
-            seasonal_periods=season if use_season else None,
-            initialization_method="estimated",
-        )
-        res = model.fit()
-    p = res.params
-    season_terms = np.asarray(res.season[-season:], dtype=float) if use_season else np.zeros(max(season, 1))
-    return HoltWintersState(
-        alpha=float(p["smoothing_level"]), beta=float(p.get("smoothing_trend") or 0.0),
-        gamma=float(p.get("smoothing_seasonal") or 0.0) if use_season else 0.0,
-        phi=float(p.get("damping_trend") or 1.0),
-        level=float(res.level[-1]), trend=float(res.trend[-1]), season=season_terms,
-    )
+    m = max(1, season)
+    days = y.size // m
+    if days >= 1:
+        cycles = y[: days * m].reshape(days, m)
+        season_terms = (cycles - cycles.mean(axis=1, keepdims=True)).mean(axis=0)
+        level = float(cycles[0].mean())
+    else:
+        season_terms, level = np.zeros(m), float(y.mean()) if y.size else 0.0
+    start = HoltWintersState(HW_ALPHA, HW_BETA, HW_GAMMA, HW_PHI, level, 0.0, season_terms)
+    _, state = holt_winters_filter(start, y, 1)
+    return state
 
 
 def holt_winters_filter(state: HoltWintersState, y: np.ndarray, horizon: int) -> tuple[np.ndarray, HoltWintersState]:

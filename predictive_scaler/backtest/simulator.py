@@ -210,6 +210,10 @@ class SimulatedCluster:
             billed_gpus=sum(n.gpus for n in self._nodes.values()),
         )
 
+    @property
+    def desired_replicas(self) -> int:
+        return len(self._replicas)
+
     def ready_replicas(self, now_s: float) -> int:
         return sum(1 for r in self._replicas if r.ready_s <= now_s)
 
@@ -426,7 +430,7 @@ def simulate(
         cluster.advance(now)
         if i % control_every == 0:
             in_fallback = bool(control(i, now, cluster))
-        desired[i] = len(cluster._replicas)
+        desired[i] = cluster.desired_replicas
         ready[i] = cluster.ready_replicas(now)
         billed[i] = cluster.billed_gpus
         held[i] = cluster.placeholder_gpus
