@@ -1,0 +1,600 @@
+"""Versioned model artifacts (JSON + manifest + sha256) and the directory-backed model store.
+
+An artifact is a directory holding ``model.json`` (``{"kind", "params"}``) and
+``manifest.json`` (format version, kind, library versions, the series it was
+trained for, training window, evaluation metrics, creation time, sha256 and size
+of ``model.json``). :func:`load_artifact` checks the manifest *before* it parses
+the model: a model file is only parsed once its bytes are known to be the ones
+the manifest describes. Nothing here ever unpickles.
+
+The store (a directory; a PersistentVolume in the cluster) lays out::
+
+    <root>/<name>/versions/<version>/model.json
+    <root>/<name>/versions/<version>/manifest.json
+    <root>/<name>/serving            {"version", "sha256", "history": [older serving versions]}
+
+Versions are immutable once written. Every write goes to a temporary name in the
+same directory, is fsynced, then renamed into place (and the directory fsynced),
+and the serving pointer is switched only after the version is complete — so a
+crash at any point leaves the previous serving model intact and loadable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from predictive_scaler import __version__
+from predictive_scaler.clock import Clock, SystemClock
+from predictive_scaler.errors import ConfigError, ModelError
+from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting.base import FittedModel
+from predictive_scaler.series import Series
+
+#: The artifact format this build writes and reads.
+FORMAT_VERSION = 1
+KNOWN_FORMAT_VERSIONS = frozenset({FORMAT_VERSION})
+MODEL_FILE = "model.json"
+MANIFEST_FILE = "manifest.json"
+SERVING_FILE = "serving"
+#: Refuse bigger model files before reading them: a real model is tens of kB.
+MAX_MODEL_BYTES = 50 * 1024 * 1024
+MAX_MANIFEST_BYTES = 1024 * 1024
+#: Versions kept per name (the serving one and its rollback history are always kept too).
+DEFAULT_KEEP = 5
+
+_RETRAIN = "retrain with `predictive-scaler train`"
+_ROLLBACK = "roll back with `predictive-scaler models rollback`"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_LIBRARIES = ("statsmodels", "prophet", "numpy", "pandas")
+
+
+# -- manifest ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainingWindow:
+    """The history a model was fitted on: [start, end) at ``step_seconds``."""
+
+    start: pd.Timestamp
+    end: pd.Timestamp
+    step_seconds: int
+
+    @classmethod
+    def of(cls, series: Series) -> TrainingWindow:
+        return cls(start=series.start, end=series.end, step_seconds=series.step_seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": _iso(self.start), "end": _iso(self.end), "step_seconds": self.step_seconds}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TrainingWindow:
+        if not isinstance(d, Mapping):
+            raise ModelError(f"manifest: 'window' must be an object; {_RETRAIN}")
+        step = d.get("step_seconds")
+        if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+            raise ModelError(f"manifest: window step_seconds must be a positive integer; {_RETRAIN}")
+        start, end = _timestamp(d.get("start"), "window start"), _timestamp(d.get("end"), "window end")
+        if end <= start:
+            raise ModelError(f"manifest: window end {end} is not after its start {start}; {_RETRAIN}")
+        return cls(start=start, end=end, step_seconds=step)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What an artifact is, checked before its model is parsed."""
+
+    format_version: int
+    kind: str
+    series: str
+    window: TrainingWindow
+    sha256: str
+    size_bytes: int
+    created_at: pd.Timestamp
+    #: For a calibrated wrapper, the kind of the model inside it ("arima", "prophet" …).
+    base_kind: str | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    libraries: Mapping[str, str | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "kind": self.kind,
+            "base_kind": self.base_kind,
+            "series": self.series,
+            "window": self.window.to_dict(),
+            "metrics": _jsonable(self.metrics),
+            "libraries": dict(self.libraries),
+            "created_at": _iso(self.created_at),
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Manifest:
+        if not isinstance(d, Mapping):
+            raise ModelError(f"manifest is not a JSON object; {_RETRAIN}")
+        version = d.get("format_version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ModelError(f"manifest has no integer format_version; {_RETRAIN}")
+        if version not in KNOWN_FORMAT_VERSIONS:
+            raise ModelError(
+                f"unknown artifact format version {version} (this build reads "
+                f"{', '.join(map(str, sorted(KNOWN_FORMAT_VERSIONS)))}); {_RETRAIN} or upgrade predictive-scaler"
+            )
+        for key in ("kind", "series", "sha256"):
+            if not isinstance(d.get(key), str) or not d[key]:
+                raise ModelError(f"manifest: {key!r} must be a non-empty string; {_RETRAIN}")
+        if not re.fullmatch(r"[0-9a-f]{64}", d["sha256"]):
+            raise ModelError(f"manifest: sha256 is not a hex digest; {_RETRAIN}")
+        size = d.get("size_bytes")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ModelError(f"manifest: size_bytes must be a non-negative integer; {_RETRAIN}")
+        base = d.get("base_kind")
+        if base is not None and not isinstance(base, str):
+            raise ModelError(f"manifest: base_kind must be a string or null; {_RETRAIN}")
+        metrics = d.get("metrics", {})
+        libraries = d.get("libraries", {})
+        if not isinstance(metrics, Mapping) or not isinstance(libraries, Mapping):
+            raise ModelError(f"manifest: metrics and libraries must be objects; {_RETRAIN}")
+        created = _timestamp(d.get("created_at"), "created_at")
+        return cls(
+            format_version=version,
+            kind=d["kind"],
+            base_kind=base,
+            series=d["series"],
+            window=TrainingWindow.from_dict(d.get("window")),
+            metrics=dict(metrics),
+            libraries=dict(libraries),
+            created_at=created,
+            sha256=d["sha256"],
+            size_bytes=size,
+        )
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A verified model and the manifest it was checked against."""
+
+    model: FittedModel
+    manifest: Manifest
+    path: Path
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions of the libraries a model's numbers depend on (from metadata: nothing is imported)."""
+    out: dict[str, str | None] = {"predictive_scaler": __version__}
+    for name in _LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+def model_bytes(model: FittedModel) -> bytes:
+    """Canonical JSON of a model; refuses non-finite parameters (they would not load)."""
+    try:
+        text = json.dumps({"kind": model.kind, "params": model.to_params()}, allow_nan=False,
+                          sort_keys=True, separators=(",", ":"), default=_json_default)
+    except ValueError as exc:
+        raise ModelError(
+            f"{model.kind} model has non-finite (NaN or infinite) parameters and cannot be saved; "
+            "check the training data for gaps or constant stretches and retrain"
+        ) from exc
+    except TypeError as exc:
+        raise ModelError(f"{model.kind} model parameters are not JSON-serialisable ({exc})") from exc
+    return text.encode("utf-8")
+
+
+def save_artifact(
+    model: FittedModel,
+    *,
+    series: str,
+    window: TrainingWindow,
+    metrics: Mapping[str, Any] | None = None,
+    directory: str | Path,
+    clock: Clock | None = None,
+) -> Manifest:
+    """Write ``model.json`` then ``manifest.json`` (each atomically) into ``directory``.
+
+    The manifest is written last, so a directory without one is an unfinished write and is refused.
+    """
+    _check_name(series, what="series")
+    body = model_bytes(model)
+    created = pd.Timestamp((clock or SystemClock()).now())
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        kind=model.kind,
+        base_kind=_base_kind(model),
+        series=series,
+        window=window,
+        metrics=dict(metrics or {}),
+        libraries=library_versions(),
+        created_at=created,
+        sha256=hashlib.sha256(body).hexdigest(),
+        size_bytes=len(body),
+    )
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    write_atomic(d / MODEL_FILE, body)
+    write_atomic(d / MANIFEST_FILE, _dump(manifest.to_dict()))
+    return manifest
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory."""
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+def load_artifact(directory: str | Path, *, expected_series: str | None = None) -> LoadedModel:
+    """Verify and load an artifact; every refusal is a :class:`ModelError` saying what to do."""
+    d = Path(directory)
+    manifest = read_manifest(d)
+    if expected_series is not None and manifest.series != expected_series:
+        raise ModelError(
+            f"{d}: artifact was trained for series {manifest.series!r}, not {expected_series!r}; "
+            f"{_RETRAIN} on {expected_series!r}'s history"
+        )
+    body = _read_bounded(d / MODEL_FILE, MAX_MODEL_BYTES, "model")
+    if hashlib.sha256(body).hexdigest() != manifest.sha256:
+        raise ModelError(
+            f"{d / MODEL_FILE}: sha256 does not match the manifest (the file was changed or "
+            f"corrupted); {_ROLLBACK} or {_RETRAIN}"
+        )
+    doc = _parse_json(body, d / MODEL_FILE)
+    if not isinstance(doc, dict) or not isinstance(doc.get("params"), dict):
+        raise ModelError(f"{d / MODEL_FILE}: expected an object with 'kind' and 'params'; {_RETRAIN}")
+    if doc.get("kind") != manifest.kind:
+        raise ModelError(
+            f"{d / MODEL_FILE}: model kind {doc.get('kind')!r} differs from the manifest's "
+            f"{manifest.kind!r}; {_RETRAIN}"
+        )
+    try:
+        model = registry.model_from_params(manifest.kind, doc["params"])
+    except ModelError as exc:
+        raise ModelError(f"{d / MODEL_FILE}: {exc}; {_RETRAIN}") from exc
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ModelError(f"{d / MODEL_FILE}: invalid {manifest.kind} parameters ({exc!r}); {_RETRAIN}") from exc
+    return LoadedModel(model=model, manifest=manifest, path=d)
+
+
+def read_manifest(directory: str | Path) -> Manifest:
+    d = Path(directory)
+    if not d.is_dir():
+        raise ModelError(f"{d}: no model artifact here (not a directory); {_RETRAIN} --out {d}")
+    body = _read_bounded(d / MANIFEST_FILE, MAX_MANIFEST_BYTES, "manifest")
+    return Manifest.from_dict(_parse_json(body, d / MANIFEST_FILE))
+
+
+def _read_bounded(path: Path, limit: int, what: str) -> bytes:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ModelError(f"{path}: {what} file missing (unfinished or damaged artifact); {_ROLLBACK} or {_RETRAIN}") from None
+    if size > limit:
+        raise ModelError(
+            f"{path}: {what} file is {size} bytes, over the {limit}-byte limit; it is not a model this "
+            f"tool wrote — {_ROLLBACK} or {_RETRAIN}"
+        )
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ModelError(f"{path}: {what} file grew past the {limit}-byte limit while being read; retry")
+    return data
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"non-finite number {token}")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite number {token}")
+    return value
+
+
+def _parse_json(data: bytes, path: Path) -> Any:
+    if data[:1] == b"\x80" or data[:2] in (b"(d", b"(l", b"}q", b"]q"):
+        raise ModelError(
+            f"{path}: not JSON — the bytes look like a Python pickle, which is never loaded (it can run "
+            f"code); {_RETRAIN}"
+        )
+    try:
+        text = data.decode("utf-8")
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"{path}: not JSON (not UTF-8 text); {_RETRAIN}") from exc
+    except ValueError as exc:  # JSONDecodeError and non-finite numbers
+        if "non-finite" in str(exc):
+            raise ModelError(f"{path}: contains a non-finite number ({exc}); {_RETRAIN}") from exc
+        raise ModelError(f"{path}: not JSON or truncated ({exc}); {_ROLLBACK} or {_RETRAIN}") from exc
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServingPointer:
+    version: str
+    sha256: str
+    #: Versions that served before, oldest first: what rollback returns to.
+    history: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "sha256": self.sha256, "history": list(self.history)}
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    version: str
+    serving: bool
+    manifest: Manifest | None
+    #: Why the manifest could not be read, for a damaged version.
+    problem: str | None = None
+
+
+class ModelStore:
+    """Versioned artifacts per name with a serving pointer, rollback and pruning."""
+
+    def __init__(self, root: str | Path, *, keep: int = DEFAULT_KEEP, clock: Clock | None = None) -> None:
+        if keep < 1:
+            raise ConfigError(f"model store must keep at least 1 version, got {keep}", field="keep")
+        self.root = Path(root)
+        self.keep = keep
+        self.clock = clock or SystemClock()
+
+    # paths
+    def _dir(self, name: str) -> Path:
+        return self.root / _check_name(name, what="model name")
+
+    def _versions(self, name: str) -> Path:
+        return self._dir(name) / "versions"
+
+    def version_dir(self, name: str, version: str) -> Path:
+        return self._versions(name) / _check_name(version, what="version")
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _NAME.match(p.name)
+                      and (p / "versions").is_dir())
+
+    # writing
+    def publish(
+        self,
+        name: str,
+        model: FittedModel,
+        *,
+        series: str,
+        window: TrainingWindow,
+        metrics: Mapping[str, Any] | None = None,
+        serve: bool = True,
+    ) -> str:
+        """Write a new version (complete before it becomes visible); serve it if ``serve``. Returns its id."""
+        versions = self._versions(name)
+        versions.mkdir(parents=True, exist_ok=True)
+        self._clean_temporaries(versions)
+        tmp = versions / f".tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            manifest = save_artifact(model, series=series, window=window, metrics=metrics,
+                                     directory=tmp, clock=self.clock)
+            version = f"{_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
+            final = versions / version
+            if final.exists():
+                # Same second, same bytes: this exact model is already published.
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, final)
+                _fsync_dir(versions)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if serve:
+            self.promote(name, version)
+        self._prune(name)
+        return version
+
+    def promote(self, name: str, version: str) -> LoadedModel:
+        """Serve ``version`` after verifying it loads; on refusal the serving pointer is untouched."""
+        loaded = load_artifact(self.version_dir(name, version))
+        current = self.pointer(name)
+        history: tuple[str, ...] = ()
+        if current is not None and current.version != version:
+            history = (*current.history, current.version)[-self.keep:]
+        elif current is not None:
+            history = current.history
+        self._write_pointer(name, ServingPointer(version, loaded.manifest.sha256, history))
+        return loaded
+
+    def rollback(self, name: str) -> LoadedModel:
+        """Serve the version that served before the current one (skipping ones that no longer load)."""
+        current = self.pointer(name)
+        if current is None:
+            raise ModelError(f"model {name!r} has no serving version to roll back from; publish one with `predictive-scaler train`")
+        history = list(current.history)
+        problems = []
+        while history:
+            candidate = history.pop()
+            if not self.version_dir(name, candidate).exists():
+                continue  # pruned since it served
+            try:
+                loaded = load_artifact(self.version_dir(name, candidate))
+            except ModelError as exc:
+                problems.append(f"{candidate}: {exc}")
+                continue
+            self._write_pointer(name, ServingPointer(candidate, loaded.manifest.sha256, tuple(history)))
+            return loaded
+        detail = f" ({'; '.join(problems)})" if problems else ""
+        raise ModelError(
+            f"model {name!r}: no earlier serving version to roll back to{detail}; "
+            f"promote a listed version with `predictive-scaler models promote` or {_RETRAIN}"
+        )
+
+    def _write_pointer(self, name: str, pointer: ServingPointer) -> None:
+        write_atomic(self._dir(name) / SERVING_FILE, _dump(pointer.to_dict()))
+
+    # reading
+    def pointer(self, name: str) -> ServingPointer | None:
+        """The serving pointer, cheaply (no model verification): lets a controller notice a new version."""
+        path = self._dir(name) / SERVING_FILE
+        if not path.exists():
+            return None
+        doc = _parse_json(_read_bounded(path, MAX_MANIFEST_BYTES, "serving pointer"), path)
+        if not isinstance(doc, dict) or not isinstance(doc.get("version"), str) or not isinstance(doc.get("sha256"), str):
+            raise ModelError(f"{path}: serving pointer is damaged; promote a version with `predictive-scaler models promote`")
+        history = doc.get("history", [])
+        if not isinstance(history, list) or not all(isinstance(v, str) for v in history):
+            raise ModelError(f"{path}: serving pointer history is damaged; promote a version again")
+        _check_name(doc["version"], what="version")
+        for v in history:
+            _check_name(v, what="version")
+        return ServingPointer(doc["version"], doc["sha256"], tuple(history))
+
+    def serving(self, name: str, *, expected_series: str | None = None) -> LoadedModel:
+        """The serving model, verified (hash, format, series) against manifest and pointer."""
+        pointer = self.pointer(name)
+        if pointer is None:
+            raise ModelError(f"model {name!r} has no serving version in {self.root}; {_RETRAIN} --out {self.root}")
+        loaded = load_artifact(self.version_dir(name, pointer.version), expected_series=expected_series)
+        if loaded.manifest.sha256 != pointer.sha256:
+            raise ModelError(
+                f"model {name!r}: version {pointer.version} differs from what was promoted (sha256 "
+                f"mismatch); {_ROLLBACK}"
+            )
+        return loaded
+
+    def load(self, name: str, version: str, *, expected_series: str | None = None) -> LoadedModel:
+        return load_artifact(self.version_dir(name, version), expected_series=expected_series)
+
+    def list(self, name: str) -> list[VersionInfo]:
+        versions = self._versions(name)
+        if not versions.is_dir():
+            return []
+        try:
+            serving = self.pointer(name)
+        except ModelError:
+            serving = None
+        out = []
+        for p in sorted(versions.iterdir()):
+            if p.name.startswith(".") or not p.is_dir():
+                continue
+            try:
+                info = VersionInfo(p.name, serving is not None and serving.version == p.name, read_manifest(p))
+            except ModelError as exc:
+                info = VersionInfo(p.name, serving is not None and serving.version == p.name, None, str(exc))
+            out.append(info)
+        return out
+
+    # housekeeping
+    def _prune(self, name: str) -> None:
+        pointer = self.pointer(name)
+        # The newest `keep` versions stay, plus the serving one if it is older (after a rollback).
+        protected = set() if pointer is None else {pointer.version}
+        versions = [v.version for v in self.list(name)]
+        for v in versions[: max(0, len(versions) - self.keep)]:
+            if v not in protected:
+                shutil.rmtree(self.version_dir(name, v), ignore_errors=True)
+
+    def _clean_temporaries(self, versions: Path) -> None:
+        # Leftovers of crashed publishes: never visible as versions, removed on the next publish.
+        for p in versions.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _check_name(name: str, *, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ConfigError(
+            f"invalid {what} {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or "
+            "digit, no '..', no '/'), e.g. the scaler's name",
+            field=what.replace(" ", "_"),
+        )
+    return name
+
+
+def _base_kind(model: FittedModel) -> str | None:
+    params = model.to_params() if model.kind == "calibrated" else None
+    base = params.get("base") if isinstance(params, Mapping) else None
+    kind = base.get("kind") if isinstance(base, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+
+
+def _jsonable(obj: Any) -> Any:
+    """Metrics for a manifest: undefined values become null, never NaN or Infinity."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _timestamp(value: Any, what: str) -> pd.Timestamp:
+    try:
+        ts = pd.Timestamp(value) if isinstance(value, str) else None
+    except ValueError:
+        ts = None
+    if ts is None or pd.isna(ts):
+        raise ModelError(f"manifest: {what} {value!r} is not an ISO-8601 time; {_RETRAIN}")
+    return _utc(ts)
+
+
+def _dump(doc: Any) -> bytes:
+    return (json.dumps(doc, allow_nan=False, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _utc(ts: pd.Timestamp | datetime) -> pd.Timestamp:
+    t = pd.Timestamp(ts)
+    return t.tz_localize(UTC) if t.tzinfo is None else t.tz_convert(UTC)
+
+
+def _iso(ts: pd.Timestamp | datetime) -> str:
+    return _utc(ts).isoformat().replace("+00:00", "Z")
