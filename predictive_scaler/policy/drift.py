@@ -12,8 +12,8 @@ Drift starts on ``fastPeriods`` consecutive far-off observations in one
 direction (a level shift is caught within a few control periods), or when the
 rolling window's share above P95 exceeds ``maxAboveFraction`` (a good P95 is
 exceeded ~5 % of the time) or its share far below P50 exceeds
-``maxFarBelowFraction``. It ends only after the forecast has been good for
-``recoverySeconds``; any new trigger restarts that clock.
+``maxFarBelowFraction``. It ends only after the forecast has been good (no
+observation far off) for ``recoverySeconds``; any far-off observation restarts that clock.
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ def observe(
             f"{'n/a' if p.p50 is None else f'{p.p50:.4g}'}, P95 {p.pq:.4g})")
     if hit is not None:
         return replace(base, good_since=None, outcomes=()), None
+    if code in (FAR_ABOVE, FAR_BELOW):
+        # Still far off: the forecast is not good yet, whatever the window says.
+        return replace(base, good_since=None), None
     good_since = state.good_since if state.good_since is not None else now
     if now - good_since >= settings.recovery_seconds:
         return replace(base, drifting=False, direction=None, since=now, good_since=None), (

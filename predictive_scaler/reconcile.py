@@ -1,0 +1,218 @@
+"""One reconcile step over ports: the code path the controller and the backtest share.
+
+read demand and recent history (MetricsPort) → forecast (ModelPort, once per
+new model step) → observe the cluster (ClusterPort) → plan (pure) → act (unless
+``mode: forecast-only``) → return the decision, the new planner state, events
+and status conditions to persist.
+
+Nothing about Kubernetes, Prometheus or kopf is imported here. Failures map as
+the planner expects: a :class:`SourceError` is missing data, a :class:`ModelError`
+is a missing/invalid model (reactive). A :class:`ClusterError` from observe/apply
+propagates unchanged: retries belong to the adapter or the controller, never change
+the strategy, and re-running the step with the same state is harmless (deciding
+twice equals deciding once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from predictive_scaler.clock import Clock
+from predictive_scaler.errors import ModelError, SourceError
+from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample, plan
+from predictive_scaler.policy.state import PlannerState
+from predictive_scaler.series import Series
+from predictive_scaler.spec import ScalerSpec
+
+__all__ = [
+    "ClusterPort", "ClusterState", "Condition", "Decision", "DemandSample", "Event", "MetricsPort",
+    "ModelPort", "PlannerState", "ReconcileResult", "Reconciler",
+]
+
+
+class MetricsPort(Protocol):
+    def demand_now(self, now: datetime) -> DemandSample:
+        """Total demand now; raise SourceError when the source fails or answers badly."""
+        ...
+
+    def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
+        """The complete ``step_seconds`` steps in ``(now - window, now]``; gaps are NaN."""
+        ...
+
+
+class ModelPort(Protocol):
+    def forecast(self, recent: Series, now: datetime) -> Forecast:
+        """Quantiles over the horizon after ``recent``; raise ModelError when missing/invalid."""
+        ...
+
+    @property
+    def version(self) -> str | None:
+        """Version of the model being served (None when there is none)."""
+        ...
+
+
+class ClusterPort(Protocol):
+    def observe(self, now: datetime) -> ClusterState: ...
+
+    def apply(self, decision: Decision, now: datetime) -> None:
+        """Scale the target and size the placeholders; raise ClusterError on failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes-style Event: ``type`` Normal|Warning, a CamelCase ``reason``, a sentence."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    now: datetime
+    decision: Decision
+    state: PlannerState
+    forecast: Forecast | None
+    demand: DemandSample | None
+    cluster: ClusterState
+    events: tuple[Event, ...]
+    conditions: tuple[Condition, ...]
+    applied: bool
+    model_version: str | None
+
+
+_SCALING_LIMITS = ("min-replicas", "max-replicas", "scale-up-rate", "scale-down-rate",
+                   "scale-down-stabilization", "scale-up-stabilization")
+
+
+class Reconciler:
+    """Runs :meth:`step` once per control period; holds only a re-derivable forecast cache."""
+
+    def __init__(self, spec: ScalerSpec, metrics: MetricsPort, model: ModelPort, cluster: ClusterPort,
+                 clock: Clock) -> None:
+        self.spec = spec
+        self.metrics = metrics
+        self.model = model
+        self.cluster = cluster
+        self.clock = clock
+        self._cache_key: tuple[str | None, int, int] | None = None
+        self._cached: Forecast | None = None
+
+    @property
+    def model_step_seconds(self) -> int:
+        step = getattr(self.model, "step_seconds", None)
+        return int(step) if isinstance(step, int) and step > 0 else self.spec.model.step_seconds
+
+    def step(self, state: PlannerState) -> ReconcileResult:
+        now = self.clock.now()
+        metrics_problem = None
+        demand: DemandSample | None
+        try:
+            demand = self.metrics.demand_now(now)
+        except SourceError as exc:
+            demand, metrics_problem = None, f"metrics unavailable: {exc}"
+        forecast, forecast_problem = self._forecast(now)
+        observed = self.cluster.observe(now)
+        decision, new_state = plan(self.spec, forecast, demand, observed, state, now,
+                                   forecast_problem=forecast_problem, metrics_problem=metrics_problem)
+        applied = False
+        if self.spec.mode == "scale":
+            self.cluster.apply(decision, now)
+            applied = True
+        return ReconcileResult(
+            now=now, decision=decision, state=new_state, forecast=forecast, demand=demand,
+            cluster=observed, events=self._events(decision, state, observed),
+            conditions=self._conditions(decision, applied), applied=applied,
+            model_version=self._version(),
+        )
+
+    # -- forecast, once per model step ------------------------------------------------------
+    def _version(self) -> str | None:
+        try:
+            return self.model.version
+        except ModelError:
+            return None
+
+    def _forecast(self, now: datetime) -> tuple[Forecast | None, str | None]:
+        step = self.model_step_seconds
+        key = (self._version(), step, math.floor(now.timestamp() / step))
+        if key == self._cache_key:
+            return self._cached, None
+        try:
+            recent = self.metrics.recent(now, timedelta(seconds=self.spec.model.recent_window_seconds), step)
+        except SourceError as exc:
+            return None, f"no recent history for the model ({exc})"
+        try:
+            forecast = self.model.forecast(recent, now)
+        except ModelError as exc:
+            return None, f"model invalid: {exc}"
+        self._cache_key, self._cached = key, forecast
+        return forecast, None
+
+    # -- reporting ---------------------------------------------------------------------------
+    def _events(self, d: Decision, before: PlannerState, cluster: ClusterState) -> tuple[Event, ...]:
+        events: list[Event] = []
+        if d.strategy_changed:
+            kind = "Normal" if d.strategy == "predictive" else "Warning"
+            events.append(Event(kind, "StrategyChanged",
+                                f"{before.strategy} → {d.strategy}: {d.reasons[0] if d.reasons else ''}"))
+        scaling = [r for r in d.reasons if r.startswith(("clamped", "scale-up rate", "scale-down rate"))]
+        if scaling:
+            events.append(Event("Normal", "ScalingLimited", "; ".join(scaling)))
+        if "budget" in d.limits:
+            events.append(Event("Normal", "BudgetLimited",
+                                "; ".join(r for r in d.reasons if "budget" in r)))
+        if d.budget_problem and "invalid" in d.budget_problem:
+            events.append(Event("Warning", "BudgetInvalid", d.budget_problem))
+        if self.spec.mode == "forecast-only" and (
+            d.desired_replicas != cluster.desired_replicas or d.placeholder_gpus != cluster.placeholder_gpus
+        ):
+            events.append(Event("Normal", "ForecastOnly",
+                                f"forecast-only: would scale {self.spec.target.kind}/{self.spec.target.name} "
+                                f"from {cluster.desired_replicas} to {d.desired_replicas} replicas and hold "
+                                f"{d.placeholder_gpus} placeholder GPUs ({d.strategy})"))
+        return tuple(events)
+
+    def _conditions(self, d: Decision, applied: bool) -> tuple[Condition, ...]:
+        def cond(kind: str, on: bool, reason: str, message: str) -> Condition:
+            return Condition(kind, "True" if on else "False", reason, message)
+
+        first = d.reasons[0] if d.reasons else d.strategy
+        scaling = [r for r in d.reasons if r.startswith(("clamped", "scale-up rate", "scale-down rate",
+                                                          "scale-down stabilisation", "scale-up stabilisation"))]
+        budget_limited = "budget" in d.limits or d.budget_problem is not None
+        budget_msg = "; ".join(r for r in d.reasons if "budget" in r) or (d.budget_problem or "within budget")
+        return (
+            cond("Ready", True, "Scaled" if applied else "ForecastOnly",
+                 f"{d.strategy}: {d.desired_replicas} replicas, {d.placeholder_gpus} placeholder GPUs"
+                 + ("" if applied else " (forecast-only: nothing changed)")),
+            cond("Predictive", d.strategy == "predictive",
+                 {"predictive": "Forecasting", "reactive": "ReactiveFallback", "hold": "HoldingOnMissingData"}[d.strategy],
+                 first),
+            cond("Drift", d.drift is not None,
+                 "UnderForecast" if d.drift == "under-forecast" else "OverForecast" if d.drift else "NoDrift",
+                 next((r for r in d.reasons if "drift" in r), "the forecast matches demand")),
+            cond("BudgetLimited", budget_limited,
+                 "BudgetInvalid" if d.budget_problem and "invalid" in d.budget_problem
+                 else "BudgetEmpty" if d.budget_problem else "BudgetReached" if budget_limited else "WithinBudget",
+                 budget_msg),
+            cond("ScalingLimited", any(x in d.limits for x in _SCALING_LIMITS),
+                 "Limited" if scaling else "NotLimited", "; ".join(scaling) or "no clamp or rate limit applied"),
+            cond("MetricsUnavailable", d.metrics_problem is not None,
+                 "MissingDemand" if d.metrics_problem else "MetricsOK", d.metrics_problem or "demand is fresh"),
+            cond("ModelInvalid", d.model_problem is not None,
+                 "ModelUnavailable" if d.model_problem else "ModelOK", d.model_problem or "forecast is valid"),
+        )
