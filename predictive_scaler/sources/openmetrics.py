@@ -89,8 +89,12 @@ class GaugeFamily:
     per_series: Sequence[tuple[Mapping[str, str], Series]]
     labels: Mapping[str, str] = field(default_factory=dict)
     help: str = "Gauge."
+    #: Overrides the file's sample step (e.g. 240 s for a constant gauge: fewer samples, same answers).
+    sample_step: int | None = None
 
     def __post_init__(self) -> None:
+        if self.sample_step is not None:
+            _check_sample_step(self.sample_step)
         _check_names(self.name, self.labels, ())
         for extra, _ in self.per_series:
             _check_names(self.name, extra, ())
@@ -122,9 +126,13 @@ def _label_text(labels: Mapping[str, str]) -> str:
     return "{" + inner + "}"
 
 
-def _sample_times(series: Series, sample_step: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sample timestamps (s) over the series' span, and the index of the trace step each falls in."""
-    if series.step_seconds % sample_step:
+def _sample_times(series: Series, sample_step: int, *, subsample: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Sample timestamps (s) over the series' span, and the index of the trace step each falls in.
+
+    ``subsample``: a sample step coarser than the trace's is allowed (a gauge scraped less
+    often reads the value of the moment); counters need a divisor to integrate exactly.
+    """
+    if series.step_seconds % sample_step and not (subsample and sample_step % series.step_seconds == 0):
         raise ConfigError(
             f"sample step {sample_step}s does not divide the trace step {series.step_seconds}s; pick a "
             "divisor (e.g. 15, 30 or 60 s), or resample the trace to a coarser step first",
@@ -181,10 +189,7 @@ def write_openmetrics(
     sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS,
 ) -> int:
     """Write the families to ``path`` as one OpenMetrics file; returns the number of samples."""
-    if not 1 <= sample_step <= 300:
-        raise ConfigError(
-            f"sample step {sample_step}s: instant queries look back 5 minutes, so write samples at "
-            "15–60 s (at most 300 s)", field="sample_step")
+    _check_sample_step(sample_step)
     if not counters and not gauges:
         raise ConfigError("nothing to write: give at least one counter or gauge family")
     names = [c.name[: -len("_total")] for c in counters] + [g.name for g in gauges]
@@ -198,6 +203,13 @@ def write_openmetrics(
             total += _write_gauge(out, gauge, sample_step)
         out.write("# EOF\n")
     return total
+
+
+def _check_sample_step(sample_step: int) -> None:
+    if not 1 <= sample_step <= 300:
+        raise ConfigError(
+            f"sample step {sample_step}s: instant queries look back 5 minutes, so write samples at "
+            "15–60 s (at most 300 s)", field="sample_step")
 
 
 def _write_counter(out: TextIO, fam: CounterFamily, sample_step: int) -> int:
@@ -220,7 +232,7 @@ def _write_gauge(out: TextIO, fam: GaugeFamily, sample_step: int) -> int:
         if labels in seen:
             raise DataError(f"gauge {fam.name}{labels} is listed twice; every series needs its own labels")
         seen.add(labels)
-        times, idx = _sample_times(series, sample_step)
+        times, idx = _sample_times(series, fam.sample_step or sample_step, subsample=True)
         values = series.values[idx]
         present = np.isfinite(values)
         n += _write_rows(out, f"{fam.name}{labels}", times[present], values[present])

@@ -133,3 +133,11 @@ def _write(*, gauge: GaugeFamily, sample_step: int) -> list[str]:
     with tempfile.NamedTemporaryFile("r", suffix=".om") as fh:
         write_openmetrics(fh.name, gauges=[gauge], sample_step=sample_step)
         return fh.read().splitlines()
+
+
+def test_a_family_may_use_a_coarser_sample_step() -> None:
+    flat = trace(np.full(60, 5.0))
+    lines = _write(gauge=GaugeFamily(name="q", per_series=[({"pod": "a"}, flat)], sample_step=240),
+                   sample_step=60)
+    stamps = [int(ln.split()[2]) for ln in lines if ln.startswith("q{")]
+    assert np.all(np.diff(stamps) == 240) and len(stamps) == 60 * 60 // 240 + 1

@@ -35,6 +35,8 @@ from predictive_scaler.sources.openmetrics import (
 )
 
 RETENTION = "100y"
+#: Constant gauges need a sample only every few minutes to stay within the 5-minute lookback.
+CONSTANT_SAMPLE_STEP = 240
 READY_TIMEOUT_SECONDS = 30.0
 
 
@@ -244,7 +246,8 @@ def standard_history(sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS) -> tuple[St
     gauges = [
         GaugeFamily(name="DCGM_FI_DEV_GPU_UTIL", per_series=per_gpu, labels=ml, help="GPU utilisation (%)."),
         GaugeFamily(name="queue_depth", per_series=[({"instance": "a"}, flat[0]), ({"instance": "b"}, flat[1])],
-                    labels={"namespace": "dup", "pod": "dup-0"}, help="Queued requests."),
+                    labels={"namespace": "dup", "pod": "dup-0"}, help="Queued requests.",
+                    sample_step=CONSTANT_SAMPLE_STEP),
     ]
     history = StandardHistory(trace=trace, pods=pods, reset_every=reset_every,
                               gap=(gap_start.to_pydatetime(), gap_end.to_pydatetime()),

@@ -1,0 +1,239 @@
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pytest_httpserver import HTTPServer
+from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
+
+from predictive_scaler.errors import SourceError
+from predictive_scaler.sources import dcgm
+from predictive_scaler.sources.prometheus import (
+    DuplicateSeriesError,
+    PartialDataError,
+    PrometheusSource,
+)
+
+RATE = 'sum(rate(requests_total{namespace="ml"}[5m]))'
+
+
+class Sleeps(list[float]):
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def start_of(prom: BackfilledPrometheus) -> datetime:
+    return prom.history.trace.start.to_pydatetime()
+
+
+# -- instant and scalar_now -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("query", "combine", "expect"),
+    [
+        ('requests_total{namespace="nosuch"}', "error", "missing"),
+        ("vector(0) / 0", "error", "missing"),
+        ("vector(1) / 0", "error", "missing"),
+        ('queue_depth{namespace="dup"}', "error", DuplicateSeriesError),
+        ('queue_depth{namespace="dup"}', "sum", "dup-sum"),
+        ("vector(0)", "error", 0.0),
+        ("scalar(vector(2.5))", "error", 2.5),
+        (RATE, "error", "trace"),
+    ],
+    ids=["empty-is-missing", "nan-is-missing", "inf-is-missing", "duplicates-refused",
+         "duplicates-summed-on-request", "zero-stays-zero", "scalar-result", "request-rate"],
+)
+def test_scalar_now(prometheus_server: BackfilledPrometheus, query: str, combine: str,
+                    expect: object) -> None:
+    h = prometheus_server.history
+    now = start_of(prometheus_server) + timedelta(days=2, hours=9, minutes=30)
+    src = PrometheusSource(prometheus_server.url, retries=0)
+    if isinstance(expect, type):
+        with pytest.raises(expect, match="sum"):
+            src.scalar_now(query, now, timedelta(minutes=2), combine=combine)  # type: ignore[arg-type]
+        return
+    got = src.scalar_now(query, now, timedelta(minutes=2), combine=combine)  # type: ignore[arg-type]
+    if expect == "missing":
+        assert got.missing and math.isnan(got.value) and got.missing_reason
+        return
+    assert not got.missing and got.observed_at == now
+    if expect == "dup-sum":
+        assert got.value == sum(h.dup_values)
+    elif expect == "trace":
+        last5 = h.trace.slice(h.trace.index_at(now) - 5, h.trace.index_at(now)).values
+        assert got.value == pytest.approx(float(np.mean(last5)), rel=1e-6)
+    else:
+        assert got.value == expect
+
+
+@pytest.mark.parametrize(
+    ("after_stop", "max_age", "missing"),
+    [(timedelta(minutes=-30), timedelta(minutes=2), False),
+     (timedelta(minutes=3), timedelta(minutes=2), True),
+     (timedelta(minutes=3), timedelta(minutes=4), False),
+     (timedelta(minutes=10), timedelta(minutes=20), True)],
+    ids=["fresh", "stale-beyond-max-age", "within-max-age", "gone-after-lookback"],
+)
+def test_stale_gauge_is_missing(prometheus_server: BackfilledPrometheus, after_stop: timedelta,
+                                max_age: timedelta, missing: bool) -> None:
+    h = prometheus_server.history
+    now = h.stuck_stop + after_stop
+    src = PrometheusSource(prometheus_server.url, retries=0)
+    got = src.scalar_now(dcgm.busy_gpus("ml", "stuck"), now, max_age,
+                         freshness_query=dcgm.freshness("ml", "stuck"))
+    assert got.missing is missing
+    if missing:
+        assert "old" in got.missing_reason or "no " in got.missing_reason
+    else:
+        assert got.value > 0 and got.observed_at is not None and now - got.observed_at <= max_age
+
+
+def test_instant_returns_labelled_samples(prometheus_server: BackfilledPrometheus) -> None:
+    now = start_of(prometheus_server) + timedelta(days=1)
+    samples = PrometheusSource(prometheus_server.url).instant('rate(requests_total{namespace="ml"}[5m])', now)
+    assert sorted(s.labels["pod"] for s in samples) == sorted(prometheus_server.history.pods)
+    assert all(s.timestamp == now and s.value > 0 for s in samples)
+
+
+# -- range chunking -------------------------------------------------------------------------------
+def test_range_is_chunked_within_the_point_limit(prometheus_server: BackfilledPrometheus) -> None:
+    h = prometheus_server.history
+    start, end = start_of(prometheus_server), h.trace.end.to_pydatetime()
+    query = 'DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod=~"llm-[a-z0-9]+-[a-z0-9]+"}'
+    big = PrometheusSource(prometheus_server.url)
+    whole = big.range(query, start, end, 60)
+    expected_points = int((end - start).total_seconds()) // 60 + 1  # 20,161 > 11,000
+    assert big.requests_made == math.ceil(expected_points / 11_000)
+    small = PrometheusSource(prometheus_server.url, max_points_per_series=997)
+    pieces = small.range(query, start, end, 60)
+    assert small.requests_made == math.ceil(expected_points / 997)
+    # A point exists where a sample lies within the 5-minute lookback; the trace's gap has none.
+    grid = start.timestamp() + 60 * np.arange(expected_points)
+    sampled = grid[np.isfinite(h.trace.values[np.minimum(np.arange(expected_points), len(h.trace) - 1)])]
+    sampled = sampled[sampled >= grid[0]]
+    covered = grid[np.array([np.any((sampled <= t) & (sampled >= t - 300)) for t in grid])]
+    assert len(covered) < expected_points
+    assert len(whole) == len(pieces) == len(h.pods)
+    for a, b in zip(whole, pieces, strict=True):
+        assert a.labels == b.labels
+        np.testing.assert_array_equal(a.timestamps, covered)  # none lost or repeated at a chunk edge
+        np.testing.assert_array_equal(a.values, b.values)
+        np.testing.assert_array_equal(a.timestamps, b.timestamps)
+
+
+# -- partial data (warnings) ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def prometheus_with_broken_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus whose remote-read store is down: it answers, with warnings."""
+    root: Path = tmp_path_factory.mktemp("prom-remote")
+    with running_prometheus(root / "tsdb", root / "work",
+                            remote_read_url=f"http://127.0.0.1:{free_port()}/read") as server:
+        yield server.url
+
+
+def test_warnings_are_partial_data(prometheus_with_broken_remote: str) -> None:
+    src = PrometheusSource(prometheus_with_broken_remote, retries=0)
+    now = datetime.now(UTC)
+    with pytest.raises(PartialDataError) as err:
+        src.instant("up", now)
+    assert err.value.warnings and "partial" in str(err.value)
+    assert isinstance(err.value, SourceError)
+    assert src.query("up", now).warnings == err.value.warnings
+    src.instant("up", now, allow_partial=True)  # accepted when asked
+    with pytest.raises(PartialDataError):
+        src.scalar_now("sum(up)", now, timedelta(minutes=1))
+    with pytest.raises(PartialDataError):
+        src.range("up", now - timedelta(hours=1), now, 60)
+
+
+# -- failures and retries -------------------------------------------------------------------------
+def test_server_down_is_a_source_error_after_retries() -> None:
+    sleeps = Sleeps()
+    src = PrometheusSource(f"http://127.0.0.1:{free_port()}", retries=3, backoff_seconds=0.5, sleep=sleeps)
+    with pytest.raises(SourceError, match="failed 4 times.*cannot connect"):
+        src.scalar_now(RATE, datetime(2024, 1, 1, tzinfo=UTC), timedelta(minutes=2))
+    assert sleeps == [0.5, 1.0, 2.0]
+    assert src.requests_made == 4
+
+
+def test_a_bad_query_is_not_retried(prometheus_server: BackfilledPrometheus) -> None:
+    sleeps = Sleeps()
+    src = PrometheusSource(prometheus_server.url, sleep=sleeps)
+    with pytest.raises(SourceError, match="bad_data.*fix the query"):
+        src.instant("sum(", start_of(prometheus_server))
+    assert sleeps == [] and src.requests_made == 1
+
+
+def test_a_silent_server_times_out_and_is_retried() -> None:
+    with socket.socket() as listener:  # accepts connections (backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        sleeps = Sleeps()
+        src = PrometheusSource(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.2,
+                               retries=1, sleep=sleeps)
+        with pytest.raises(SourceError, match="no answer within 0.2s"):
+            src.instant("up", datetime(2024, 1, 1, tzinfo=UTC))
+        assert len(sleeps) == 1
+
+
+OK_BODY = {"status": "success", "data": {"resultType": "vector",
+                                         "result": [{"metric": {}, "value": [1704067200, "42"]}]}}
+
+
+@pytest.mark.parametrize(
+    ("responses", "outcome"),
+    [
+        ([(503, {"status": "error", "errorType": "timeout", "error": "query timed out"}), (200, OK_BODY)], 42.0),
+        ([(429, "slow down"), (502, "<html>bad gateway</html>"), (200, OK_BODY)], 42.0),
+        ([(500, "oops")] * 3, "failed 3 times"),
+        ([(200, "<html>grafana</html>")], "not Prometheus JSON"),
+        ([(422, {"status": "error", "errorType": "execution",
+                 "error": "many-to-many matching not allowed"})], "execution: many-to-many"),
+        ([(200, {"status": "success", "data": {"resultType": "string", "result": [1, "x"]}})], "string"),
+        ([(200, {"status": "success", "data": {"resultType": "vector",
+                                               "result": [{"metric": {}, "value": [1, "abc"]}]}})],
+         "non-numeric"),
+    ],
+    ids=["503-then-ok", "429-502-then-ok", "5xx-exhausts-retries", "html-body", "422-execution",
+         "string-result", "garbage-value"],
+)
+def test_http_faults(httpserver: HTTPServer, responses: list[tuple[int, object]], outcome: object) -> None:
+    for status, body in responses:
+        handler = httpserver.expect_ordered_request("/api/v1/query")
+        if isinstance(body, dict):
+            handler.respond_with_json(body, status=status)
+        else:
+            handler.respond_with_data(str(body), status=status)
+    sleeps = Sleeps()
+    src = PrometheusSource(httpserver.url_for("/"), retries=2, sleep=sleeps)
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    if isinstance(outcome, float):
+        assert src.scalar_now("x", at, timedelta(minutes=2)).value == outcome
+        assert len(sleeps) == len(responses) - 1
+    else:
+        with pytest.raises(SourceError, match=str(outcome)):
+            src.scalar_now("x", at, timedelta(minutes=2))
+    request = httpserver.log[0][0]
+    assert request.args["query"] == "x" and float(request.args["time"]) == at.timestamp()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: PrometheusSource("prometheus:9090"), lambda: PrometheusSource("http://p", timeout=0),
+     lambda: PrometheusSource("http://p", retries=-1),
+     lambda: PrometheusSource("http://p", max_points_per_series=20_000),
+     lambda: PrometheusSource("http://p").instant("up", datetime(2024, 1, 1)),
+     lambda: PrometheusSource("http://p").range("up", datetime(2024, 1, 2, tzinfo=UTC),
+                                                datetime(2024, 1, 1, tzinfo=UTC), 60),
+     lambda: PrometheusSource("http://p").range("up", datetime(2024, 1, 1, tzinfo=UTC),
+                                                datetime(2024, 1, 2, tzinfo=UTC), 0.5)],
+    ids=["no-scheme", "zero-timeout", "negative-retries", "points-over-limit", "naive-time",
+         "end-before-start", "sub-second-step"],
+)
+def test_bad_arguments_are_refused_before_any_request(make) -> None:
+    with pytest.raises(SourceError):
+        make()
