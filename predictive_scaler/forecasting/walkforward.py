@@ -88,3 +88,31 @@ def check_origins(series: Series, origins: np.ndarray) -> np.ndarray:
     if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= len(series))):
         raise ModelError(f"forecast origins must be indices into the {len(series)}-step series")
     return idx
+
+
+#: Recent window handed to models that do not say how much they read.
+DEFAULT_WINDOW_STEPS = 7 * 288
+
+
+def walk_forward(
+    model: FittedModel, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
+) -> np.ndarray:
+    """Forecast quantiles at many origins, each from observations up to that origin only.
+
+    Models with a batch path (:class:`WalkForwardModel`) use it; any other
+    :class:`FittedModel` is called once per origin on its recent window, which
+    is slower but exactly what serving does. Undefined forecasts are NaN.
+    """
+    idx = check_origins(series, origins)
+    batch = getattr(model, "walk_forward", None)
+    if batch is not None:
+        return np.asarray(batch(series, idx, horizon_steps, quantiles), dtype=float)
+    window = int(getattr(model, "window_steps", DEFAULT_WINDOW_STEPS))
+    out = np.full((idx.size, len(quantiles), horizon_steps), np.nan)
+    for i, t in enumerate(idx):
+        recent = series.slice(max(0, int(t) + 1 - window), int(t) + 1)
+        try:
+            out[i] = model.forecast(recent, horizon_steps, quantiles).values
+        except ModelError:
+            continue  # undefined here (e.g. no observations in the window): stays NaN
+    return out
