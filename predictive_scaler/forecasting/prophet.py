@@ -136,7 +136,7 @@ class ProphetForecaster:
         phi, theta = _fit_arima(residual)
         max_gap = s.max_gap_seconds // history.step_seconds
         h_max = max(1, math.ceil(s.error_horizon_seconds / history.step_seconds))
-        errors = _error_quantiles(residual, phi, theta, max_gap, h_max)
+        errors = _error_quantiles(residual, phi, theta, max_gap, max_gap + s.warmup_steps, h_max)
         return ProphetModel(
             step_seconds=history.step_seconds,
             curve=curve,
@@ -261,53 +261,57 @@ def _curve_from_prophet(model: Any) -> ProphetCurve:
 
 @dataclass(frozen=True)
 class _FilterState:
-    level: np.ndarray  # smoothed residual level after each step
+    """State of the residual model at the end of each window (arrays over origins)."""
+
+    level: np.ndarray  # smoothed residual level (NaN: nothing observed in the window)
     diff: np.ndarray  # last difference
     innov: np.ndarray  # last innovation
-    observed: np.ndarray  # bool: step was observed (state is anchored on data)
+    age: np.ndarray  # steps since the window's last observation (window length if none)
 
 
-def _filter(r: np.ndarray, phi: float, theta: float, reset_after: int) -> _FilterState:
-    """One forward pass of the ARIMA(1,1,1) recursion over ``r`` (NaN = unobserved).
+def _windows(values: np.ndarray, origins: np.ndarray, width: int) -> np.ndarray:
+    """rows[i] = values[origins[i]-width+1 : origins[i]+1], NaN-padded before the start."""
+    padded = np.concatenate([np.full(width - 1, np.nan), np.asarray(values, dtype=float)])
+    return np.asarray(padded[origins[:, None] + np.arange(width)[None, :]])
 
-    A missing step is replaced by its prediction (innovation 0). After a gap longer than
-    ``reset_after`` steps the first observation restarts the state: a jump across an outage
-    is not a difference the model should extrapolate.
+
+def _filter(windows: np.ndarray, phi: float, theta: float, reset_after: int) -> _FilterState:
+    """The ARIMA(1,1,1) recursion over each row of ``windows`` (NaN = unobserved), all rows at once.
+
+    Serving, evaluation and the error quantiles all run this same windowed filter, so what
+    is evaluated is exactly what serves. A missing step is replaced by its prediction
+    (innovation 0); after a gap longer than ``reset_after`` steps the next observation
+    restarts the state — a jump across an outage is not a trend to extrapolate.
     """
-    n = r.size
-    level = np.full(n, np.nan)
-    diff = np.zeros(n)
-    innov = np.zeros(n)
-    observed = np.isfinite(r)
-    lv = math.nan
-    d = e = 0.0
-    gap = 0
-    for t in range(n):
-        v = r[t]
-        if observed[t]:
-            if math.isnan(lv) or gap > reset_after:
-                lv, d, e = float(v), 0.0, 0.0
-            else:
-                pred = phi * d + theta * e
-                d = float(v) - lv
-                e = d - pred
-                lv = float(v)
-            gap = 0
-        elif not math.isnan(lv):
-            d = phi * d + theta * e
-            e = 0.0
-            lv += d
-            gap += 1
-        level[t], diff[t], innov[t] = lv, d, e
-    return _FilterState(level, diff, innov, observed)
+    n, width = windows.shape
+    lv = np.full(n, np.nan)
+    d = np.zeros(n)
+    e = np.zeros(n)
+    gap = np.zeros(n, dtype=int)
+    age = np.full(n, width)
+    for j in range(width):
+        v = windows[:, j]
+        obs = np.isfinite(v)
+        started = np.isfinite(lv)
+        fresh = obs & (~started | (gap > reset_after))
+        cont = obs & ~fresh
+        missing = ~obs & started
+        pred = phi * d + theta * e
+        with np.errstate(invalid="ignore"):
+            step = np.where(cont, v - lv, pred)
+        e = np.where(cont, step - pred, 0.0)
+        d = np.where(cont | missing, step, np.where(fresh, 0.0, d))
+        lv = np.where(obs, v, np.where(missing, lv + pred, lv))
+        gap = np.where(obs, 0, np.where(started, gap + 1, gap))
+        age = np.where(obs, width - 1 - j, age)
+    return _FilterState(lv, d, e, age)
 
 
-def _paths(level: np.ndarray, diff: np.ndarray, innov: np.ndarray, phi: float, theta: float,
-           steps: int) -> np.ndarray:
-    """h-step residual predictions for many origins at once: out[n, steps]."""
-    out = np.empty((level.size, steps))
-    d = phi * diff + theta * innov
-    lv = level.copy()
+def _paths(state: _FilterState, phi: float, theta: float, steps: int) -> np.ndarray:
+    """h-step residual predictions for every origin: out[n, steps]."""
+    out = np.empty((state.level.size, steps))
+    d = phi * state.diff + theta * state.innov
+    lv = state.level.copy()
     for h in range(steps):
         lv = lv + d
         out[:, h] = lv
@@ -331,14 +335,17 @@ def _fit_arima(residual: np.ndarray) -> tuple[float, float]:
     return phi, theta
 
 
-def _error_quantiles(residual: np.ndarray, phi: float, theta: float, reset_after: int,
+def _error_quantiles(residual: np.ndarray, phi: float, theta: float, max_gap: int, width: int,
                      h_max: int) -> np.ndarray:
-    """Empirical quantiles of the in-sample h-step error of the residual model, h = 1..h_max."""
+    """Empirical quantiles of the in-sample h-step error of the residual model, h = 1..h_max.
+
+    Origins are the observed steps, each forecast from its own window exactly as when serving.
+    """
     r = np.asarray(residual, dtype=float)
-    st = _filter(r, phi, theta, reset_after)
-    origins = np.flatnonzero(st.observed)
+    origins = np.flatnonzero(np.isfinite(r))
+    st = _filter(_windows(r, origins, width), phi, theta, max_gap)
+    preds = _paths(st, phi, theta, h_max)
     probs = np.asarray(ERROR_PROBABILITIES)
-    preds = _paths(st.level[origins], st.diff[origins], st.innov[origins], phi, theta, h_max)
     table = np.empty((h_max, probs.size))
     previous: np.ndarray | None = None
     for h in range(h_max):
@@ -376,10 +383,48 @@ class ProphetModel(FittedModel):
         """Prophet's fitted value (log1p scale) at ``times``."""
         return self.curve.evaluate(_epoch_seconds(times))
 
-    def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+    @property
+    def window_steps(self) -> int:
+        """Recent steps a forecast reads; older observations cannot change it."""
+        return self.max_gap_steps + self.warmup_steps
+
+    def walk_forward(
+        self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        """Quantiles (len(origins), len(quantiles), horizon_steps); origin t reads steps ≤ t only."""
         qs = check_quantiles(quantiles)
         if horizon_steps < 1:
             raise ModelError(f"prophet: horizon must be at least one step, got {horizon_steps}")
+        if series.step_seconds != self.step_seconds:
+            raise ModelError(
+                f"prophet: model works at {self.step_seconds}s steps but the series is at "
+                f"{series.step_seconds}s; resample it to the model's step"
+            )
+        idx = np.asarray(origins, dtype=int)
+        if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= len(series))):
+            raise ModelError(f"prophet: forecast origins must be indices into the {len(series)}-step series")
+        step = pd.Timedelta(seconds=self.step_seconds)
+        times = pd.date_range(series.start, periods=len(series) + horizon_steps, freq=step)
+        curve = self.curve.evaluate(_epoch_seconds(times))
+        residual = np.log1p(series.values) - curve[: len(series)]
+        st = _filter(_windows(residual, idx, self.window_steps), self.phi, self.theta, self.max_gap_steps)
+        stale = st.age > self.max_gap_steps
+        path = _paths(st, self.phi, self.theta, horizon_steps)
+        # Nothing recent to correct with: the seasonal curve alone, with the widest errors.
+        path = np.where(stale[:, None], 0.0, path)
+        future = curve[idx[:, None] + 1 + np.arange(horizon_steps)[None, :]]
+        last_row = self.error_quantiles.shape[0] - 1
+        rows = np.where(stale[:, None], last_row,
+                        np.minimum(st.age[:, None] + np.arange(horizon_steps)[None, :], last_row))
+        probs = np.asarray(ERROR_PROBABILITIES)
+        # Interpolate each requested probability in the stored grid, per error row.
+        per_q = np.array([[np.interp(q, probs, row) for row in self.error_quantiles] for q in qs])  # (k, H)
+        err = per_q[:, rows]  # (k, n, h)
+        values = np.expm1(np.clip((future + path)[None, :, :] + err, -50.0, 700.0))
+        return np.asarray(np.transpose(values, (1, 0, 2)))
+
+    def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+        qs = check_quantiles(quantiles)
         if len(recent) == 0:
             raise ModelError("prophet: no recent observations given; pass at least the last step's time")
         if recent.step_seconds != self.step_seconds:
@@ -390,28 +435,10 @@ class ProphetModel(FittedModel):
                     f"prophet: model works at {self.step_seconds}s steps but recent data is at "
                     f"{recent.step_seconds}s; resample it to the model's step"
                 )
-        window = recent.tail(self.max_gap_steps + self.warmup_steps)
-        times = window.timestamps()
-        step = pd.Timedelta(seconds=self.step_seconds)
-        future = pd.date_range(times[-1] + step, periods=horizon_steps, freq=step)
-        curve = self.curve.evaluate(np.concatenate([_epoch_seconds(times), _epoch_seconds(future)]))
-        residual = np.log1p(window.values) - curve[: len(window)]
-        observed = np.flatnonzero(np.isfinite(residual))
-        age = len(window) - 1 - int(observed[-1]) if observed.size else len(window)
-        if age > self.max_gap_steps:
-            # Nothing recent to correct with: the seasonal curve alone, with the widest errors.
-            centre = curve[len(window):]
-            rows = np.full(horizon_steps, self.error_quantiles.shape[0] - 1)
-        else:
-            st = _filter(residual, self.phi, self.theta, self.max_gap_steps)
-            path = _paths(st.level[-1:], st.diff[-1:], st.innov[-1:], self.phi, self.theta, horizon_steps)[0]
-            centre = curve[len(window):] + path
-            rows = np.minimum(np.arange(horizon_steps) + age, self.error_quantiles.shape[0] - 1)
-        probs = np.asarray(ERROR_PROBABILITIES)
-        err = np.array([[np.interp(q, probs, self.error_quantiles[r]) for r in rows] for q in qs])
-        values = np.expm1(np.clip(centre[None, :] + err, -50.0, 700.0))
+        window = recent.tail(self.window_steps)
+        values = self.walk_forward(window, np.array([len(window) - 1]), horizon_steps, qs)[0]
         return Forecast(
-            issued_at=recent.last_time,
+            issued_at=window.last_time,
             step_seconds=self.step_seconds,
             quantiles=qs,
             values=values,

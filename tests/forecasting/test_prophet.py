@@ -174,3 +174,21 @@ def test_too_little_history_is_refused() -> None:
 def test_settings_validated_eagerly(options: dict) -> None:
     with pytest.raises(ModelError):
         ProphetSettings(**options)
+
+
+def test_walk_forward_is_exactly_what_serving_does(model: ProphetModel, series: Series) -> None:
+    values = series.values.copy()
+    values[14 * PER_DAY + 10: 14 * PER_DAY + 14] = np.nan  # a gap inside some windows
+    gappy = Series(values=values, start=series.start, step_seconds=STEP)
+    origins = np.array([5, 14 * PER_DAY, 14 * PER_DAY + 12, 14 * PER_DAY + 30, len(series) - 1])
+    batch = model.walk_forward(gappy, origins, 4, (0.5, 0.95))
+    assert batch.shape == (origins.size, 2, 4)
+    for row, t in zip(batch, origins, strict=True):
+        served = model.forecast(gappy.slice(0, int(t) + 1), 4, (0.5, 0.95))
+        np.testing.assert_allclose(row, served.values, rtol=1e-12)
+    assert model.window_steps == model.max_gap_steps + model.warmup_steps
+
+
+def test_walk_forward_refuses_origins_outside_the_series(model: ProphetModel, series: Series) -> None:
+    with pytest.raises(ModelError, match="origins must be indices"):
+        model.walk_forward(series, np.array([len(series)]), 2, (0.5,))
