@@ -17,6 +17,7 @@ exc``): 409 → ``ConflictError``, 429 → ``ThrottledError`` with Retry-After,
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
@@ -444,6 +445,7 @@ class KubeCluster:
         self._dry_run = dry_run
         self._gpu_resource = gpu_resource
         self._plurals: dict[tuple[str, str, str], str] = {}
+        _own_the_retries(api_client)
 
     # -- plumbing ----------------------------------------------------------
 
@@ -908,6 +910,62 @@ class KubeCluster:
             what,
             retry_conflicts=True,
         )
+
+
+# urllib3 by default re-sends a GET answered 429/503 with Retry-After, sleeping in
+# real time outside our bounded, clock-injected policy. Keep only quick
+# connection retries (nothing reached the server) at the transport level.
+_TRANSPORT_RETRIES = urllib3.Retry(
+    total=2,
+    connect=2,
+    read=0,
+    status=0,
+    other=0,
+    redirect=0,
+    respect_retry_after_header=False,
+    raise_on_status=False,
+    backoff_factor=0,
+)
+
+
+def _own_the_retries(api_client: ApiClient) -> None:
+    pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+    if pool is not None and hasattr(pool, "connection_pool_kw"):
+        pool.connection_pool_kw["retries"] = _TRANSPORT_RETRIES
+        pool.clear()  # pools created earlier would keep the old setting
+
+
+def api_client_from_environment(
+    kubeconfig: str | None = None, context: str | None = None
+) -> ApiClient:
+    """An ApiClient for the controller: in-cluster config when running in a pod
+    (and no ``kubeconfig`` given), else the kubeconfig (``$KUBECONFIG`` or
+    ``~/.kube/config``). Raises ConfigError when neither is usable."""
+    from kubernetes import config as kube_config
+    from kubernetes.client import Configuration
+
+    configuration = Configuration()
+    try:
+        if kubeconfig is None and _in_cluster():
+            kube_config.load_incluster_config(client_configuration=configuration)
+        else:
+            kube_config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+    except (kube_config.ConfigException, OSError) as exc:
+        raise ConfigError(
+            f"cannot load Kubernetes credentials ({exc}); run in a pod with a ServiceAccount "
+            "or pass --kubeconfig",
+            field="kubeconfig",
+        ) from exc
+    configuration.retries = _TRANSPORT_RETRIES
+    return ApiClient(configuration)
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )
 
 
 # ------------------------------------------------------------- pure helpers ---

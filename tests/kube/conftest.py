@@ -11,7 +11,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.client import KubeCluster, api_call_for
 from predictive_scaler.kube.retry import RetryPolicy
 
 from .fake_apiserver import FakeApiServer
@@ -36,12 +36,17 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def cluster(fake_api: FakeApiServer, clock: FakeClock, sleeps: list[float]) -> KubeCluster:
+def cluster(
+    fake_api: FakeApiServer, clock: FakeClock, sleeps: list[float]
+) -> Iterator[KubeCluster]:
+    """The adapter under test. On teardown, every request it made must be one of
+    the documented ``API_CALLS`` (the RBAC rules are derived from that list)."""
+
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
         clock.advance(seconds)
 
-    return KubeCluster(
+    yield KubeCluster(
         fake_api.api_client,
         retry=RetryPolicy(),
         clock=clock,
@@ -49,3 +54,7 @@ def cluster(fake_api: FakeApiServer, clock: FakeClock, sleeps: list[float]) -> K
         rng=random.Random(7),
         request_timeout=5.0,
     )
+    undocumented = [
+        (r.method, r.path) for r in fake_api.requests if api_call_for(r.method, r.path) is None
+    ]
+    assert not undocumented, f"requests missing from API_CALLS: {undocumented}"
