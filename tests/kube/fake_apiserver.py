@@ -175,7 +175,11 @@ class FakeApiServer:
         if keda_installed:
             self.install_keda()
         httpserver.expect_request(re.compile(".*")).respond_with_handler(self._handle)
-        self.api_client = ApiClient(Configuration(host=httpserver.url_for("/").rstrip("/")))
+        configuration = Configuration(host=httpserver.url_for("/").rstrip("/"))
+        # Callers see exactly what the server answered: no hidden urllib3 retries
+        # (which would sleep for real on a 429/503 with Retry-After).
+        configuration.retries = False
+        self.api_client = ApiClient(configuration)
 
     def __enter__(self) -> FakeApiServer:
         return self
@@ -237,6 +241,13 @@ class FakeApiServer:
             obj = self._bucket(rtype)[(namespace or "", name)]
             obj["metadata"]["resourceVersion"] = self._next_rv()
             return str(obj["metadata"]["resourceVersion"])
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        """Delete an object as another client would, garbage-collecting what it owns
+        (the ownerReferences of a placeholder to its PredictiveScaler)."""
+        with self._lock:
+            rtype = self._type_of({"apiVersion": api_version, "kind": kind})
+            self._delete(rtype, namespace, name, None, dry_run=False)
 
     def add_deployment(
         self,

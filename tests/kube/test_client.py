@@ -417,9 +417,7 @@ def test_placeholder_can_be_kept_at_zero(fake_api, cluster):
 
 def test_deleting_the_scaler_garbage_collects_its_placeholder(fake_api, cluster):
     cluster.ensure_placeholder(_scaler_spec(fake_api), 2)
-    scaler = fake_api.get(manifests.API_VERSION, manifests.KIND, NS, "llm")
-    # What the garbage collector does with the ownerReference when the scaler goes.
-    fake_api._delete(fake_api._type_of(scaler), NS, "llm", None, dry_run=False)
+    fake_api.delete(manifests.API_VERSION, manifests.KIND, NS, "llm")
     assert fake_api.get("apps/v1", "Deployment", NS, "llm-prewarm") is None
 
 
