@@ -139,10 +139,13 @@ class PrometheusMetrics:
                                       freshness_query=self.freshness_query, combine=self.combine)
 
     def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
-        """The ``window`` of completed ``step_seconds`` steps before ``now`` (gaps NaN, no length check)."""
+        """The last ``window / step_seconds`` completed steps before ``now`` (gaps NaN, no length check)."""
         if window <= timedelta(0):
             raise SourceError(f"recent window must be positive, got {window}")
-        return pull_history(self.source, self.history_query, now - window, now, step_seconds,
+        step = _step(step_seconds)
+        # End on the last step boundary so the window holds window/step steps whatever now's phase.
+        end = _dt(math.floor(_epoch(now) / step) * step)
+        return pull_history(self.source, self.history_query, end - window, end, step,
                             min_history=None, combine=self.combine, name=self.name)
 
 

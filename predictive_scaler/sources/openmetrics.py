@@ -80,9 +80,9 @@ class CounterFamily:
 class GaugeFamily:
     """One gauge per entry of ``per_series``: ``{label: value}`` extra labels → its Series.
 
-    Each value is held until the next trace step (a gauge reads its latest value).
-    ``stop_at`` cuts the samples short (a frozen or dead exporter) without
-    touching the series itself.
+    The reading at sample time t is the trace value of the step containing
+    t - Δ (the interval the reading describes), so a coarse trace is held for
+    its whole step. To model an exporter that stops, cut the series short.
     """
 
     name: str
@@ -232,7 +232,12 @@ def _write_gauge(out: TextIO, fam: GaugeFamily, sample_step: int) -> int:
         if labels in seen:
             raise DataError(f"gauge {fam.name}{labels} is listed twice; every series needs its own labels")
         seen.add(labels)
-        times, idx = _sample_times(series, fam.sample_step or sample_step, subsample=True)
+        step = fam.sample_step or sample_step
+        times, _ = _sample_times(series, step, subsample=True)
+        # Like a counter, a reading at t describes the interval (t - Δ, t]: the trace step
+        # containing t - Δ (utilisation is averaged over the last sampling interval).
+        idx = np.clip((times - step - int(series.start.timestamp())) // series.step_seconds,
+                      0, len(series) - 1)
         values = series.values[idx]
         present = np.isfinite(values)
         n += _write_rows(out, f"{fam.name}{labels}", times[present], values[present])

@@ -16,8 +16,11 @@ def source(prom: BackfilledPrometheus) -> PrometheusSource:
 
 
 def util_at(prom: BackfilledPrometheus, offset: timedelta) -> float:
+    """The latest reading at start + offset: it describes the minute before the sample."""
     h = prom.history
-    share = h.trace.values[h.trace.index_at(h.trace.start + offset)] / len(h.pods)
+    step = h.sample_step
+    sample_time = h.trace.start + timedelta(seconds=offset.total_seconds() // step * step)
+    share = h.trace.values[h.trace.index_at(sample_time - timedelta(seconds=step))] / len(h.pods)
     return float(np.clip(share / h.capacity_per_gpu * 100.0, 0.0, 100.0))
 
 

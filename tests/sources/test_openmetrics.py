@@ -82,7 +82,8 @@ def test_coarse_trace_is_held_at_the_sample_step() -> None:
     rows = [ln for ln in lines if ln.startswith("util{")]
     assert len(rows) == 3 * 30 + 1
     values = [float(r.split()[1]) for r in rows]
-    assert values[:30] == [10.0] * 30 and values[30:60] == [20.0] * 30
+    # the reading at t describes (t - 60 s, t]: the sample at 30 min still reports the first step
+    assert values[:31] == [10.0] * 31 and values[31:61] == [20.0] * 30
 
 
 def test_file_is_valid_openmetrics_for_promtool(tmp_path) -> None:

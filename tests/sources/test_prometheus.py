@@ -113,7 +113,8 @@ def test_range_is_chunked_within_the_point_limit(prometheus_server: BackfilledPr
     assert small.requests_made == math.ceil(expected_points / 997)
     # A point exists where a sample lies within the 5-minute lookback; the trace's gap has none.
     grid = start.timestamp() + 60 * np.arange(expected_points)
-    sampled = grid[np.isfinite(h.trace.values[np.minimum(np.arange(expected_points), len(h.trace) - 1)])]
+    # (the sample at t reads the trace step containing t - 60 s)
+    sampled = grid[np.isfinite(h.trace.values[np.clip(np.arange(expected_points) - 1, 0, len(h.trace) - 1)])]
     sampled = sampled[sampled >= grid[0]]
     covered = grid[np.array([np.any((sampled <= t) & (sampled >= t - 300)) for t in grid])]
     assert len(covered) < expected_points
@@ -230,7 +231,7 @@ def test_http_faults(httpserver: HTTPServer, responses: list[tuple[int, object]]
      lambda: PrometheusSource("http://p").range("up", datetime(2024, 1, 2, tzinfo=UTC),
                                                 datetime(2024, 1, 1, tzinfo=UTC), 60),
      lambda: PrometheusSource("http://p").range("up", datetime(2024, 1, 1, tzinfo=UTC),
-                                                datetime(2024, 1, 2, tzinfo=UTC), 0.5)],
+                                                datetime(2024, 1, 2, tzinfo=UTC), 0.5)],  # type: ignore[arg-type]
     ids=["no-scheme", "zero-timeout", "negative-retries", "points-over-limit", "naive-time",
          "end-before-start", "sub-second-step"],
 )
