@@ -249,6 +249,15 @@ class FakeApiServer:
             rtype = self._type_of({"apiVersion": api_version, "kind": kind})
             self._delete(rtype, namespace, name, None, dry_run=False)
 
+    def delete_all_placeholders(self) -> None:
+        """Forget every predictive-scaler placeholder Deployment (test reset)."""
+        with self._lock:
+            bucket = self._bucket(self._type_of({"apiVersion": "apps/v1", "kind": "Deployment"}))
+            for key, obj in list(bucket.items()):
+                labels = obj["metadata"].get("labels") or {}
+                if labels.get("predictive-scaler.io/role") == "placeholder":
+                    del bucket[key]
+
     def add_deployment(
         self,
         namespace: str,

@@ -3,6 +3,7 @@ shapes, state changes, error mapping, retries and conflicts."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import socket
@@ -10,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kubernetes.client import ApiClient, Configuration
 
 from predictive_scaler.clock import FakeClock
@@ -24,6 +27,7 @@ from predictive_scaler.kube.client import (
     WorkloadRef,
     api_call_for,
     api_calls_markdown,
+    api_client_from_environment,
 )
 from predictive_scaler.kube.retry import NO_RETRY
 
@@ -697,3 +701,71 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     cluster.patch_status("llm", NS, {"ok": True})
     used = {api_call_for(method, path) for method, path in fake_api.calls()}
     assert used == set(API_CALLS)
+
+
+# ------------------------------------------------------ properties, config ---
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=6),  # placeholder replicas
+            st.sampled_from([1, 2, 4, 8]),  # GPUs per pod
+            st.sampled_from([None, 409, 429, 500, 503]),  # fault before the step
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_placeholder_converges_to_the_last_request_despite_faults(fake_api, cluster, steps):
+    fake_api.delete_all_placeholders()
+    spec = _scaler_spec(fake_api)
+    for replicas, gpus, fault in steps:
+        if fault == 429:
+            fake_api.throttle(429, retry_after=1)
+        elif fault is not None:
+            fake_api.fail_next("llm-prewarm", fault)
+        info = cluster.ensure_placeholder(_scaler_spec(fake_api, gpus_per_pod=gpus), replicas)
+        assert (info.replicas, info.gpus_per_pod) == (replicas, gpus)
+    stored = fake_api.get("apps/v1", "Deployment", NS, "llm-prewarm")
+    last_replicas, last_gpus, _ = steps[-1]
+    assert stored["spec"]["replicas"] == last_replicas
+    requests = stored["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["nvidia.com/gpu"] == str(last_gpus)
+    assert spec.owner_uid == stored["metadata"]["ownerReferences"][0]["uid"]
+
+
+def test_api_client_from_a_kubeconfig(tmp_path, monkeypatch, fake_api):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    fake_api.add_deployment(NS, "llm", replicas=2)
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [
+                    {"name": "fake", "cluster": {"server": fake_api.api_client.configuration.host}}
+                ],
+                "users": [{"name": "me", "user": {"token": "t0ken"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
+            }
+        )
+    )
+    with api_client_from_environment(str(kubeconfig)) as api:
+        clock = FakeClock(NOW)
+        cluster = KubeCluster(api, clock=clock, sleep=clock.advance)
+        assert cluster.get_scale(DEPLOYMENT).replicas == 2
+    (request,) = fake_api.requests
+    assert request.path == SCALE_PATH
+
+
+def test_api_client_without_credentials_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError, match="--kubeconfig") as info:
+        api_client_from_environment(str(tmp_path / "missing"))
+    assert info.value.field == "kubeconfig"
