@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -853,7 +854,7 @@ class KubeCluster:
         reason: str,
         message: str,
         type: str,
-        now: Any,
+        now: datetime,
         *,
         instance: str | None = None,
     ) -> None:
@@ -1041,7 +1042,12 @@ def _targets(ref: Mapping[str, Any], target: WorkloadRef, default_api_version: s
     api_version = ref.get("apiVersion") or default_api_version
     if api_version is None:
         return True  # an HPA may omit apiVersion; kind and name decide
-    return api_version.rpartition("/")[0] == target.group
+    # Old manifests still name Deployments under extensions/v1beta1: same objects.
+    group = api_version.rpartition("/")[0]
+    return _LEGACY_GROUPS.get(group, group) == _LEGACY_GROUPS.get(target.group, target.group)
+
+
+_LEGACY_GROUPS = {"extensions": "apps"}
 
 
 def _items(answer: Any, what: str) -> list[dict[str, Any]]:

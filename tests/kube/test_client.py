@@ -481,6 +481,10 @@ def test_ensure_placeholder_rereads_and_retries(fake_api, cluster, existing, inj
             lambda f: f.add_hpa(NS, "legacy", "Deployment", "llm", target_api_version=None),
             (ConflictingAutoscaler("HorizontalPodAutoscaler", "legacy", NS),),
         ),
+        (
+            lambda f: f.add_hpa(NS, "old", "Deployment", "llm", "extensions/v1beta1"),
+            (ConflictingAutoscaler("HorizontalPodAutoscaler", "old", NS),),
+        ),
         (lambda f: f.add_hpa(NS, "other", "Deployment", "other"), ()),
         (lambda f: f.add_hpa(NS, "sts", "StatefulSet", "llm"), ()),
         (lambda f: f.add_hpa("elsewhere", "llm-hpa", "Deployment", "llm"), ()),
@@ -511,6 +515,7 @@ def test_ensure_placeholder_rereads_and_retries(fake_api, cluster, existing, inj
         "none",
         "hpa",
         "hpa-without-apiversion",
+        "hpa-legacy-group",
         "hpa-other-name",
         "hpa-other-kind",
         "hpa-other-namespace",
