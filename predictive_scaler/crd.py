@@ -133,6 +133,12 @@ def status_json_schema() -> dict[str, Any]:
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
+            "kopf": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "description": "kopf's own handler progress; kept so the API server does not prune it "
+                               "(kopf would warn on every patch).",
+            },
             "plannerState": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": True,

@@ -188,6 +188,8 @@ def test_example_scaler_targets_the_example_gpu_deployment_in_forecast_only_mode
     assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 1
     assert "readinessProbe" in container
     assert not find(objs, "HorizontalPodAutoscaler"), "an HPA on the target would make the scaler refuse"
+    installed = {pc["metadata"]["name"] for pc in find(BASE, "PriorityClass")}
+    assert scaler["spec"]["prewarm"]["priorityClassName"] in installed
 
 
 def test_example_spec_is_accepted_by_the_spec_type():
