@@ -51,9 +51,13 @@ def pull_history(
     The grid is aligned on multiples of ``step`` from the epoch (steps that lie
     wholly inside [start, end]). Several series → :class:`DuplicateSeriesError`
     unless ``combine="sum"`` (summed where any is present, as PromQL's ``sum``
-    would). Raises :class:`InsufficientHistoryError` when the observed span
-    (from the first present value) is shorter than ``min_history`` (None: no
-    check), and DataError when more than ``max_missing_fraction`` of it is NaN.
+    would). With ``min_history`` set, leading NaN (before the metric existed)
+    is trimmed and :class:`InsufficientHistoryError` is raised when what is left
+    is shorter than ``min_history``, DataError when nothing came back at all;
+    with None the whole grid is returned, NaN or not. DataError when more than
+    ``max_missing_fraction`` of the observed span is NaN. A failing Prometheus
+    raises SourceError (retried first); ``warnings`` raise PartialDataError
+    unless ``allow_partial``.
     """
     step_s = _step(step)
     t0 = math.ceil(_epoch(start) / step_s) * step_s

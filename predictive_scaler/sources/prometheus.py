@@ -178,8 +178,9 @@ class PrometheusSource:
         self.requests_made = 0
 
     # -- queries --------------------------------------------------------------------------------
-    def query(self, query: str, at: datetime) -> QueryResult:
-        """Instant query at ``at``; warnings are returned, not raised."""
+    def query(self, query: str, at: datetime | None = None) -> QueryResult:
+        """Instant query at ``at`` (default: the clock's now); warnings are returned, not raised."""
+        at = self.clock.now() if at is None else at
         data, warns = self._get("query", {"query": query, "time": _epoch(at)}, query)
         result_type = data.get("resultType")
         result = data.get("result")
@@ -192,7 +193,7 @@ class PrometheusSource:
                               "vector; write a query that yields numbers, e.g. sum(rate(x[5m]))")
         return QueryResult(samples=samples, warnings=warns)
 
-    def instant(self, query: str, at: datetime, *, allow_partial: bool = False) -> list[Sample]:
+    def instant(self, query: str, at: datetime | None = None, *, allow_partial: bool = False) -> list[Sample]:
         """Instant vector at ``at``; raises :class:`PartialDataError` on warnings unless ``allow_partial``."""
         res = self.query(query, at)
         _check_partial(res, query, allow_partial)
@@ -237,13 +238,13 @@ class PrometheusSource:
     def scalar_now(
         self,
         query: str,
-        now: datetime,
+        now: datetime | None,
         max_age: timedelta,
         *,
         freshness_query: str | None = None,
         combine: Combine = "error",
     ) -> DemandSample:
-        """One number for ``now``, or a DemandSample marked missing — never a 0 in place of no data.
+        """One number for ``now`` (None: the clock's now), or a DemandSample marked missing — never 0 for no data.
 
         - no series → missing ("no data"), NaN or ±Inf → missing;
         - several series → :class:`DuplicateSeriesError` (aggregate in PromQL with ``sum(…)`` or
@@ -257,6 +258,7 @@ class PrometheusSource:
         """
         if max_age <= timedelta(0):
             raise SourceError(f"max_age must be positive, got {max_age}; e.g. 2 minutes")
+        now = self.clock.now() if now is None else now
         res = self.query(query, now)
         _check_partial(res, query, allow_partial=False)
         samples: tuple[Sample, ...] = res.samples

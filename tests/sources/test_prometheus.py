@@ -238,3 +238,12 @@ def test_http_faults(httpserver: HTTPServer, responses: list[tuple[int, object]]
 def test_bad_arguments_are_refused_before_any_request(make) -> None:
     with pytest.raises(SourceError):
         make()
+
+
+def test_the_injected_clock_is_the_default_time(prometheus_server: BackfilledPrometheus) -> None:
+    from predictive_scaler.clock import FakeClock
+
+    now = start_of(prometheus_server) + timedelta(days=3, minutes=11)
+    src = PrometheusSource(prometheus_server.url, clock=FakeClock(now))
+    assert src.scalar_now(RATE, None, timedelta(minutes=2)) == src.scalar_now(RATE, now, timedelta(minutes=2))
+    assert [s.timestamp for s in src.instant("vector(1)")] == [now]
