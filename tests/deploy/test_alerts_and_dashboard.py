@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from predictive_scaler.metrics_catalog import exported_series_names
-from tests.deploy.promql import metric_names
-from tests.deploy.support import DEPLOY
+
+from .promql import metric_names
+from .support import DEPLOY
 
 RULE_FILE = DEPLOY / "overlays" / "prometheus-operator" / "prometheusrule.yaml"
 DASHBOARD_FILE = DEPLOY / "dashboards" / "predictive-scaler.json"

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from tests.deploy.support import DEPLOY, OVERLAYS, REPO, pod_specs, render
+from .support import DEPLOY, OVERLAYS, REPO, pod_specs, render
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"

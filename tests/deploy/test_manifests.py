@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from predictive_scaler import crd
-from tests.deploy.support import DEPLOY, OVERLAYS, openapi_to_jsonschema, render
+
+from .support import DEPLOY, OVERLAYS, openapi_to_jsonschema, render
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
 

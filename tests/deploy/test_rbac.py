@@ -8,7 +8,8 @@ import pytest
 
 from predictive_scaler import crd
 from predictive_scaler.kube import client, manifests
-from tests.deploy.support import OVERLAYS, find, one, render
+
+from .support import OVERLAYS, find, one, render
 
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 

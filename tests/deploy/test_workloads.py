@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from predictive_scaler import cli, crd
-from tests.deploy.support import DEPLOY, OVERLAYS, find, one, pod_specs, render
+
+from .support import DEPLOY, OVERLAYS, find, one, pod_specs, render
 
 BASE = render(OVERLAYS["default"])
 SETTINGS = one(BASE, "ConfigMap", "predictive-scaler-settings")["data"]
