@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from predictive_scaler.errors import ModelError
+from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting.calibration import CalibratedModel, calibrate, conformal_quantile
+from predictive_scaler.forecasting.metrics import coverage
+from predictive_scaler.forecasting.walkforward import walk_forward
+
+from .conftest import make_daily
+
+DAY = 288
+
+
+@pytest.fixture(scope="module")
+def series():
+    return make_daily(days=12, seed=7)
+
+
+@pytest.fixture(scope="module")
+def base(series):
+    return registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.95], ids=["p50", "p90", "p95"])
+def test_conformal_quantile_covers_q_of_new_scores(q):
+    rng = np.random.default_rng(0)
+    offset = conformal_quantile(rng.standard_t(3, size=2000), q)
+    assert np.mean(rng.standard_t(3, size=50000) <= offset) == pytest.approx(q, abs=0.02)
+
+
+def test_conformal_quantile_refuses_too_few_scores():
+    with pytest.raises(ModelError, match="calibration window"):
+        conformal_quantile(np.array([1.0, 2.0, np.nan]), 0.95)
+
+
+@pytest.mark.parametrize("squeeze", [0.2, 1.0, 3.0], ids=["too-narrow", "as-fitted", "too-wide"])
+def test_calibration_fixes_a_mis_sized_spread(series, base, squeeze):
+    """Whatever the base's spread, the calibrated P95 covers ~95 % of data after the calibration window."""
+    params = base.to_params()
+    params["spread"] = [[v * squeeze for v in row] for row in params["spread"]]
+    skewed = registry.model_from_params("persistence", params)
+    model = calibrate(skewed, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6)
+    idx = np.arange(8 * DAY, len(series) - 6)
+    fc = walk_forward(model, series, idx, 6, (0.5, 0.95))
+    for h in (1, 5):
+        assert coverage(series.values[idx + h + 1], fc[:, 1, h]) == pytest.approx(0.95, abs=0.03)
+
+
+def test_calibration_never_reads_past_its_series(series, base):
+    a = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6)
+    spoiled = series.values.copy()
+    spoiled[8 * DAY:] = 1e6
+    from predictive_scaler.series import Series
+
+    other = Series(values=spoiled, start=series.start, step_seconds=300)
+    b = calibrate(base, other.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6)
+    assert a.offsets == b.offsets
+
+
+def test_round_trip_nests_the_base_and_forecasts_identically(series, base):
+    model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6)
+    params = json.loads(json.dumps(model.to_params()))
+    assert params["base_kind"] == "persistence"
+    rebuilt = registry.model_from_params("calibrated", params)
+    assert isinstance(rebuilt, CalibratedModel) and rebuilt.base_kind == "persistence"
+    recent = series.slice(0, 9 * DAY)
+    np.testing.assert_array_equal(
+        model.forecast(recent, 12, (0.5, 0.9, 0.95)).values, rebuilt.forecast(recent, 12, (0.5, 0.9, 0.95)).values
+    )
+    fc = rebuilt.forecast(recent, 12, (0.5, 0.95))
+    assert fc.model == "persistence+calibrated" and np.all(np.diff(fc.values, axis=0) >= 0)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: p.update(offsets=[[float("nan")] * 6] * len(p["quantiles"])),
+        lambda p: p.update(base_kind="calibrated"),
+        lambda p: p.update(base_kind="no-such-model"),
+        lambda p: p.pop("base_params"),
+        lambda p: p.update(offsets=p["offsets"][:1]),
+    ],
+    ids=["nan-offsets", "nested-calibrated", "unknown-base", "missing-base", "offset-count"],
+)
+def test_bad_calibration_params_are_refused(series, base, mutate):
+    params = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6).to_params()
+    mutate(params)
+    with pytest.raises(ModelError):
+        registry.model_from_params("calibrated", params)
