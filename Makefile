@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TRACES := ../shared/traces
 
-.PHONY: demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
+.PHONY: crd demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench-controller: $(STAMP) tools
 
 bench-retrain: $(STAMP) tools
 	$(BIN)/python -m predictive_scaler.bench.retrain --out backtests/results/retrain.md
+
+## crd: regenerate deploy/base/crd.yaml from the one source (predictive_scaler/spec.py)
+crd: $(STAMP)
+	$(BIN)/python -m predictive_scaler.crd > deploy/base/crd.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
