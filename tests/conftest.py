@@ -2,23 +2,35 @@
 
 ``prometheus_server``: one real Prometheus per test session, holding 14 days of
 a real trace backfilled with promtool (see ``support/prometheus.py`` for what
-is in it). Tests that use it are marked ``prometheus`` automatically; it fails
+is in it). ``prometheus_factory``: start more servers with your own backfilled
+families (each costs a promtool run: keep them few and module/session-scoped). Tests that use it are marked ``prometheus`` automatically; it fails
 — never skips — when the ``prometheus``/``promtool`` binaries are missing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from support.prometheus import (
     BackfilledPrometheus,
+    PrometheusServer,
     backfill,
     running_prometheus,
     standard_history,
 )
 
-PROMETHEUS_FIXTURES = {"prometheus_server"}
+from predictive_scaler.sources.openmetrics import (
+    DEFAULT_SAMPLE_STEP_SECONDS,
+    CounterFamily,
+    GaugeFamily,
+)
+
+PROMETHEUS_FIXTURES = {"prometheus_server", "prometheus_factory"}
+
+#: prometheus_factory(counters=[…], gauges=[…], sample_step=60) -> a running, backfilled server.
+PrometheusFactory = Callable[..., PrometheusServer]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,3 +48,17 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Back
                       sample_step=history.sample_step)
     with running_prometheus(root / "tsdb", root / "work") as server:
         yield BackfilledPrometheus(server=server, history=history, backfill=report)
+
+
+@pytest.fixture(scope="session")
+def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusFactory]:
+    """Backfill the given families into a fresh TSDB and start a Prometheus on it (stopped at session end)."""
+    with contextlib.ExitStack() as stack:
+
+        def start(*, counters: Sequence[CounterFamily] = (), gauges: Sequence[GaugeFamily] = (),
+                  sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS) -> PrometheusServer:
+            root = tmp_path_factory.mktemp("prometheus-custom")
+            backfill(root / "tsdb", root / "work", counters=counters, gauges=gauges, sample_step=sample_step)
+            return stack.enter_context(running_prometheus(root / "tsdb", root / "work"))
+
+        yield start

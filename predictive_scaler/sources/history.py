@@ -10,9 +10,9 @@ before) ``now``, which is complete and already observed. For a rate query, give
 the range the same length as the step (``[5m]`` at a 5-minute step), or the
 pulled value is the mean over a different window than the step it stands for.
 
-Gaps stay NaN. Leading NaN (the metric did not exist yet) is trimmed before
-the history length is checked, so a series that began 9 days ago is refused
-as 9 days of history, not accepted as 21.
+Gaps stay NaN. History length is the span from the first to the last present
+value, so a series that began (or stopped) 9 days into a 21-day window is
+refused as 9 days of history, not accepted as 21. Leading NaN is trimmed.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def pull_history(
     wholly inside [start, end]). Several series → :class:`DuplicateSeriesError`
     unless ``combine="sum"`` (summed where any is present, as PromQL's ``sum``
     would). With ``min_history`` set, leading NaN (before the metric existed)
-    is trimmed and :class:`InsufficientHistoryError` is raised when what is left
-    is shorter than ``min_history``, DataError when nothing came back at all;
+    is trimmed and :class:`InsufficientHistoryError` is raised when the span
+    from the first to the last present value is shorter than ``min_history``, DataError when nothing came back at all;
     with None the whole grid is returned, NaN or not. DataError when more than
     ``max_missing_fraction`` of the observed span is NaN. A failing Prometheus
     raises SourceError (retried first); ``warnings`` raise PartialDataError
@@ -96,7 +96,9 @@ def _check_pulled(series: Series, query: str, min_history: timedelta | None,
         raise DataError(f"history query {query!r} returned no data between {series.start} and "
                         f"{series.end}; check the metric name and labels in the Prometheus UI")
     observed = series.slice(int(present[0]), len(series))
-    check_history(observed, min_history)
+    # Length is what was observed, first to last value: a metric that stopped 12 days ago
+    # has not got 21 days of history because the window is 21 days long.
+    check_history(series.slice(int(present[0]), int(present[-1]) + 1), min_history)
     if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
         raise DataError(
             f"history query {query!r}: {observed.missing_fraction:.0%} of the steps since "

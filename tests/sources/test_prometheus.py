@@ -11,7 +11,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
 
-from predictive_scaler.errors import SourceError
+from predictive_scaler.errors import InsufficientHistoryError, SourceError
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.prometheus import (
     DuplicateSeriesError,
@@ -247,3 +247,30 @@ def test_the_injected_clock_is_the_default_time(prometheus_server: BackfilledPro
     src = PrometheusSource(prometheus_server.url, clock=FakeClock(now))
     assert src.scalar_now(RATE, None, timedelta(minutes=2)) == src.scalar_now(RATE, now, timedelta(minutes=2))
     assert [s.timestamp for s in src.instant("vector(1)")] == [now]
+
+
+def test_missing_binaries_fail_the_test_never_skip() -> None:
+    from support.prometheus import require_binary
+
+    with pytest.raises(pytest.fail.Exception, match="install Debian's `prometheus`"):
+        require_binary("prometheus-that-is-not-installed")
+
+
+def test_factory_serves_a_custom_history(prometheus_factory) -> None:
+    import pandas as pd
+
+    from predictive_scaler.series import Series
+    from predictive_scaler.sources.history import pull_history
+    from predictive_scaler.sources.openmetrics import CounterFamily
+
+    start = pd.Timestamp("2024-05-01T00:00:00Z")
+    short = Series(values=np.full(9 * 24 * 12, 12.0), start=start, step_seconds=300, name="nine_days")
+    server = prometheus_factory(counters=[CounterFamily(name="hits_total", series=short, pods=["a-0", "a-1"],
+                                                        labels={"namespace": "short"})])
+    src = PrometheusSource(server.url)
+    pulled = pull_history(src, 'sum(rate(hits_total{namespace="short"}[5m]))', start.to_pydatetime(),
+                          (start + pd.Timedelta(days=9)).to_pydatetime(), 300, min_history=None)
+    np.testing.assert_allclose(pulled.values[np.isfinite(pulled.values)], 12.0, rtol=0.05)
+    with pytest.raises(InsufficientHistoryError, match=r"9\.0 days < 14 days"):
+        pull_history(src, 'sum(rate(hits_total{namespace="short"}[5m]))', start.to_pydatetime(),
+                     (start + pd.Timedelta(days=21)).to_pydatetime(), 300)
