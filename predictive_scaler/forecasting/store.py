@@ -550,9 +550,11 @@ def _check_name(name: str, *, what: str) -> str:
 
 
 def _base_kind(model: FittedModel) -> str | None:
-    params = model.to_params() if model.kind == "calibrated" else None
-    base = params.get("base") if isinstance(params, Mapping) else None
-    kind = base.get("kind") if isinstance(base, Mapping) else None
+    """The wrapped model's kind for a wrapper (calibrated), else None."""
+    kind = getattr(model, "base_kind", None)
+    if kind is None:
+        base = getattr(model, "base", None)
+        kind = getattr(base, "kind", None)
     return kind if isinstance(kind, str) else None
 
 

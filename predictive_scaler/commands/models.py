@@ -1,0 +1,145 @@
+"""`predictive-scaler models list|show|promote|rollback`: operate the model store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "models",
+        help="list, inspect, promote or roll back model versions in a store",
+        description="Operate a model store (a directory; a PersistentVolume in the cluster).",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    ls = actions.add_parser("list", help="versions of one model, or every model's serving version")
+    ls.add_argument("--store", required=True, help="model store directory")
+    ls.add_argument("--name", help="model name (default: list every model in the store)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=run_list)
+
+    show = actions.add_parser("show", help="a version's manifest, verified (default: the serving version)")
+    show.add_argument("--store", required=True, help="model store directory")
+    show.add_argument("--name", required=True, help="model name")
+    show.add_argument("--version", help="version id (default: the serving one)")
+    show.set_defaults(func=run_show)
+
+    promote = actions.add_parser("promote", help="serve a listed version (verified first)")
+    promote.add_argument("--store", required=True, help="model store directory")
+    promote.add_argument("--name", required=True, help="model name")
+    promote.add_argument("--version", required=True, help="version id from `models list`")
+    promote.set_defaults(func=run_promote)
+
+    rollback = actions.add_parser("rollback", help="serve the version that served before the current one")
+    rollback.add_argument("--store", required=True, help="model store directory")
+    rollback.add_argument("--name", required=True, help="model name")
+    rollback.set_defaults(func=run_rollback)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from predictive_scaler.errors import ConfigError
+    from predictive_scaler.forecasting.store import ModelStore
+
+    if not Path(args.store).is_dir():
+        raise ConfigError(f"--store {args.store}: no such directory; give the directory `train --out` wrote to",
+                          field="store")
+    return ModelStore(args.store)
+
+
+def _summary(manifest: Any) -> dict[str, Any]:
+    """The few manifest facts an operator scans for: what, for what, trained when, how good."""
+    metrics = manifest.metrics or {}
+    kind = manifest.base_kind or metrics.get("selected") or manifest.kind
+    horizons = metrics.get("models", {}).get(metrics.get("selected"), {}).get("horizons", {})
+    longest = list(horizons)[-1] if horizons else None
+    row = horizons.get(longest, {}) if longest else {}
+    return {
+        "kind": kind,
+        "series": manifest.series,
+        "created_at": manifest.created_at.isoformat(),
+        "window": f"{manifest.window.start:%Y-%m-%d} – {manifest.window.end:%Y-%m-%d}",
+        "horizon": longest,
+        "pinball": row.get("pinball"),
+        "coverage": row.get("coverage"),
+    }
+
+
+def run_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if args.name is None:
+        rows = []
+        for name in store.names():
+            try:
+                pointer = store.pointer(name)
+                serving = pointer.version if pointer else None
+            except Exception as exc:  # a damaged pointer is reported, not fatal to the listing
+                serving = f"damaged pointer: {exc}"
+            rows.append({"name": name, "serving": serving, "versions": len(store.list(name))})
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            _table([["name", "serving", "versions"], *([r["name"], r["serving"] or "–", str(r["versions"])] for r in rows)])
+        return 0
+    infos = store.list(args.name)
+    if args.json:
+        print(json.dumps([
+            {"version": i.version, "serving": i.serving,
+             **(_summary(i.manifest) if i.manifest else {"problem": i.problem})}
+            for i in infos
+        ], indent=2, allow_nan=False))
+        return 0
+    rows = [["version", "serving", "kind", "trained on", "horizon", "pinball", "coverage"]]
+    for i in infos:
+        if i.manifest is None:
+            rows.append([i.version, "*" if i.serving else "", "damaged", i.problem or "", "", "", ""])
+            continue
+        s = _summary(i.manifest)
+        rows.append([i.version, "*" if i.serving else "", s["kind"], s["window"], s["horizon"] or "–",
+                     _num(s["pinball"]), _num(s["coverage"])])
+    if len(rows) == 1:
+        print(f"no versions of {args.name!r} in {args.store}")
+        return 1
+    _table(rows)
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    store = _store(args)
+    loaded = store.load(args.name, args.version) if args.version else store.serving(args.name)
+    doc = loaded.manifest.to_dict()
+    doc["version"] = loaded.path.name
+    doc["verified"] = True  # load_artifact checked hash, format, parameters
+    print(json.dumps(doc, indent=2, allow_nan=False))
+    return 0
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    store = _store(args)
+    loaded = store.promote(args.name, args.version)
+    print(f"{args.name}: now serving {loaded.path.name} ({_summary(loaded.manifest)['kind']})")
+    return 0
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    store = _store(args)
+    before = store.pointer(args.name)
+    loaded = store.rollback(args.name)
+    print(f"{args.name}: rolled back from {before.version if before else '–'} to {loaded.path.name}")
+    return 0
+
+
+def _num(v: Any) -> str:
+    return "–" if v is None else f"{float(v):.4g}"
+
+
+def _table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
