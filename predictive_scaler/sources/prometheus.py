@@ -40,6 +40,7 @@ import requests
 
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.errors import SourceError
+from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +67,14 @@ class DuplicateSeriesError(SourceError):
 
 
 @dataclass(frozen=True)
-class DemandSample:
-    """The demand observed now. ``value`` is NaN when missing — never 0 in its place.
+class DemandSample(PlannerDemandSample):
+    """The planner's DemandSample, plus why it is missing. ``value`` is NaN when missing — never 0.
 
-    ``observed_at`` is when the newest sample behind ``value`` was taken (the
+    ``observed_at`` is when the oldest sample behind ``value`` was taken (the
     query's evaluation time when no freshness query says otherwise); None when
-    nothing was observed. ``missing_reason`` says why ``value`` is NaN.
+    nothing was observed. The planner reads NaN as missing data and holds.
     """
 
-    value: float
-    observed_at: datetime | None
     missing_reason: str = ""
 
     @property

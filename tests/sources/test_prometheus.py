@@ -274,3 +274,11 @@ def test_factory_serves_a_custom_history(prometheus_factory) -> None:
     with pytest.raises(InsufficientHistoryError, match=r"9\.0 days < 14 days"):
         pull_history(src, 'sum(rate(hits_total{namespace="short"}[5m]))', start.to_pydatetime(),
                      (start + pd.Timedelta(days=21)).to_pydatetime(), 300)
+
+
+def test_demand_samples_are_the_planners_type() -> None:
+    from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
+    from predictive_scaler.sources.prometheus import DemandSample
+
+    missing = DemandSample.absent("no series")
+    assert isinstance(missing, PlannerDemandSample) and missing.missing and missing.observed_at is None
