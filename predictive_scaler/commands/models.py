@@ -93,18 +93,18 @@ def run_list(args: argparse.Namespace) -> int:
             for i in infos
         ], indent=2, allow_nan=False))
         return 0
-    rows = [["version", "serving", "kind", "trained on", "horizon", "pinball", "coverage"]]
+    table = [["version", "serving", "kind", "trained on", "horizon", "pinball", "coverage"]]
     for i in infos:
         if i.manifest is None:
-            rows.append([i.version, "*" if i.serving else "", "damaged", i.problem or "", "", "", ""])
+            table.append([i.version, "*" if i.serving else "", "damaged", i.problem or "", "", "", ""])
             continue
         s = _summary(i.manifest)
-        rows.append([i.version, "*" if i.serving else "", s["kind"], s["window"], s["horizon"] or "–",
+        table.append([i.version, "*" if i.serving else "", s["kind"], s["window"], s["horizon"] or "–",
                      _num(s["pinball"]), _num(s["coverage"])])
-    if len(rows) == 1:
+    if len(table) == 1:
         print(f"no versions of {args.name!r} in {args.store}")
         return 1
-    _table(rows)
+    _table(table)
     return 0
 
 
