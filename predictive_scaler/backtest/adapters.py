@@ -1,0 +1,348 @@
+"""The simulator's side of the reconciler's ports, and the predictive policy built on them.
+
+The predictive policy is :class:`predictive_scaler.reconcile.Reconciler` — the
+class the in-cluster controller runs — with these adapters plugged in:
+
+- :class:`TraceMetrics` (MetricsPort): the trace as a metrics source would show
+  it: ``metrics_delay_s`` old, a gap is an error (Prometheus answers an empty
+  result, never 0), and ``recent`` returns only model steps complete by then;
+- :class:`ServedModel` (ModelPort): the model the weekly retraining promoted;
+  it records every forecast the reconciler asked for, for the accuracy report;
+- :class:`SimulatorCluster` (ClusterPort): observe/apply on the simulated cluster.
+
+Retraining follows the retraining job: every ``retrain_every`` a challenger is
+trained on everything observed so far and replaces the serving model only if
+the forecasting engine's promotion rule says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy, naive_scale
+from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
+from predictive_scaler.clock import FakeClock
+from predictive_scaler.errors import ModelError, SourceError
+from predictive_scaler.forecasting.base import FittedModel, Forecast
+from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
+from predictive_scaler.policy.state import PlannerState
+from predictive_scaler.reconcile import Reconciler
+from predictive_scaler.series import Series, format_duration
+
+if TYPE_CHECKING:
+    from predictive_scaler.backtest.runner import ForecastRecord, ModelEvent, Progress, Setup
+
+
+class TraceMetrics:
+    """MetricsPort over a trace: only what was observable at ``now`` (minus the metrics delay)."""
+
+    def __init__(self, trace: Series, delay_s: float) -> None:
+        self.trace = trace
+        self.delay_s = float(delay_s)
+        self._start_s = trace.start.timestamp()
+        self._grids: dict[int, Series] = {}
+
+    def grid(self, step_seconds: int) -> Series:
+        if step_seconds not in self._grids:
+            self._grids[step_seconds] = self.trace.resample(step_seconds)
+        return self._grids[step_seconds]
+
+    def demand_now(self, now: datetime) -> DemandSample:
+        seen = now.timestamp() - self.delay_s
+        i = math.floor((seen - self._start_s) / self.trace.step_seconds)
+        value = float(self.trace.values[i]) if 0 <= i < len(self.trace) else math.nan
+        if not math.isfinite(value):
+            raise SourceError(
+                f"no demand sample at {datetime.fromtimestamp(seen, UTC).isoformat()}: the trace has a gap there "
+                "(a real Prometheus query answers an empty result)"
+            )
+        return DemandSample(value=value, observed_at=datetime.fromtimestamp(seen, UTC))
+
+    def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
+        grid = self.grid(step_seconds)
+        seen = now.timestamp() - self.delay_s
+        complete = math.floor((seen - grid.start.timestamp()) / step_seconds)  # steps ending by ``seen``
+        if complete <= 0:
+            raise SourceError(f"no complete {step_seconds}s step observed before {now.isoformat()}")
+        first = complete - int(window.total_seconds() // step_seconds)
+        return grid.slice(first, complete)
+
+
+class ServedModel:
+    """ModelPort: the serving model, swapped by the retraining; records the forecasts it serves.
+
+    Speed: when the model has the forecasting engine's batch path
+    (``walk_forward``, documented as the same causal code as ``forecast``), the
+    forecasts of a whole retraining period are computed in one call, each origin
+    reading only the observations up to it, and served when the reconciler asks
+    with a ``recent`` window ending at that origin. Any other request is
+    forecast directly.
+    """
+
+    def __init__(self, model: FittedModel, version: str, *, horizon_steps: int, quantiles: tuple[float, ...]) -> None:
+        self.model = model
+        self._version = version
+        self.horizon_steps = horizon_steps
+        self.quantiles = quantiles
+        self.issued: list[pd.Timestamp] = []
+        self.values: list[np.ndarray] = []
+        self.seconds = 0.0
+        self._batch: dict[int, np.ndarray] = {}
+        self._label = _label(model)
+
+    @property
+    def version(self) -> str | None:
+        return self._version
+
+    @property
+    def step_seconds(self) -> int:
+        return int(self.model.step_seconds)
+
+    def swap(self, model: FittedModel, version: str) -> None:
+        self.model, self._version, self._label = model, version, _label(model)
+        self._batch = {}
+
+    def precompute(self, grid: Series, first: int, last: int) -> None:
+        """Forecasts for origins ``first..last`` (indices into ``grid``), each from data up to it."""
+        batch = getattr(self.model, "walk_forward", None)
+        if batch is None or grid.step_seconds != self.step_seconds:
+            return
+        first, last = max(0, first), min(len(grid) - 1, last)
+        if last < first:
+            return
+        window = int(getattr(self.model, "window_steps", 7 * 288))
+        lo = max(0, first - window)
+        view = grid.slice(lo, last + 1)  # nothing after the last origin is handed over
+        started = time.perf_counter()
+        values = np.asarray(batch(view, np.arange(first - lo, last - lo + 1), self.horizon_steps, self.quantiles))
+        self.seconds += time.perf_counter() - started
+        t0 = int(grid.start.timestamp())
+        for j, origin in enumerate(range(first, last + 1)):
+            self._batch[t0 + origin * grid.step_seconds] = values[j]
+
+    def forecast(self, recent: Series, now: datetime) -> Forecast:
+        key = int(recent.last_time.timestamp()) if len(recent) else None
+        cached = self._batch.get(key) if key is not None and recent.step_seconds == self.step_seconds else None
+        if cached is not None and np.isfinite(cached).all():
+            forecast = Forecast(issued_at=recent.last_time, step_seconds=self.step_seconds,
+                                quantiles=self.quantiles, values=cached, model=self._label)
+        else:
+            started = time.perf_counter()
+            forecast = self.model.forecast(recent, self.horizon_steps, self.quantiles)
+            self.seconds += time.perf_counter() - started
+        self.issued.append(forecast.issued_at)
+        self.values.append(np.asarray(forecast.values))
+        return forecast
+
+
+def _label(model: FittedModel) -> str:
+    base = getattr(model, "base", None)
+    return f"{base.kind}+calibrated" if base is not None else model.kind
+
+
+class SimulatorCluster:
+    """ClusterPort over a :class:`SimulatedCluster`; times are seconds since ``origin``."""
+
+    def __init__(self, origin: datetime) -> None:
+        self.origin_s = origin.timestamp()
+        self.cluster: SimulatedCluster | None = None
+
+    def _sim(self) -> SimulatedCluster:
+        if self.cluster is None:
+            raise RuntimeError("SimulatorCluster used before the simulation attached its cluster")
+        return self.cluster
+
+    def observe(self, now: datetime) -> ClusterState:
+        snap = self._sim().snapshot(now.timestamp() - self.origin_s)
+        return ClusterState(
+            desired_replicas=snap.desired_replicas,
+            ready_replicas=snap.ready_replicas,
+            starting_replicas=snap.starting_replicas,
+            placeholder_gpus=snap.placeholder_gpus,
+            free_gpus=snap.free_gpus,
+        )
+
+    def apply(self, decision: Decision, now: datetime) -> None:
+        self._sim().apply(decision.desired_replicas, decision.placeholder_gpus, now.timestamp() - self.origin_s)
+
+
+# -- training -------------------------------------------------------------------------------------
+
+@dataclass
+class Trainer:
+    """Trains and promotes models as the weekly retraining job does.
+
+    Each training evaluates the candidate kinds on the last ``retrain_every`` of
+    history (earlier data trains them), so the challenger's scores and the
+    serving model's — taken from the forecasts it actually served over that
+    same window — are comparable, as :func:`selection.promote` requires.
+    """
+
+    kinds: tuple[str, ...]
+    quantile: float
+    horizon: timedelta
+    step_seconds: int
+    scored_window: timedelta
+    events: list[ModelEvent] = field(default_factory=list)
+
+    def initial(self, history: Series, at: datetime) -> FittedModel:
+        model, _, kind, seconds = self._train(history)
+        self._log(at, kind, True, "first model, trained on the training window", seconds)
+        return model
+
+    def retrain(self, history: Series, at: datetime, serving_metrics: dict[str, Any] | None) -> FittedModel | None:
+        """A challenger that the promotion rule accepted, or None when the serving model stays."""
+        from predictive_scaler.forecasting.selection import promote
+
+        try:
+            model, metrics, kind, seconds = self._train(history)
+        except ModelError as exc:
+            self._log(at, "-", False, f"retraining failed, serving model kept: {exc}", 0.0)
+            return None
+        decision = promote(metrics, serving_metrics, self.quantile)
+        self._log(at, kind, decision.promote, decision.reason, seconds)
+        return model if decision.promote else None
+
+    def _train(self, history: Series) -> tuple[FittedModel, dict[str, Any], str, float]:
+        from predictive_scaler.forecasting.selection import train_model
+
+        min_history = max(timedelta(days=4), history.span - self.scored_window)
+        started = time.perf_counter()
+        result = train_model(history, kinds=self.kinds, quantile=self.quantile, horizon=self.horizon,
+                             min_history=min_history, step_seconds=self.step_seconds)
+        challenger = result.metrics.get("models", {}).get(result.kind, {})
+        return result.model, challenger, result.kind, time.perf_counter() - started
+
+    def _log(self, at: datetime, kind: str, promoted: bool, reason: str, seconds: float) -> None:
+        from predictive_scaler.backtest.runner import ModelEvent
+
+        self.events.append(ModelEvent(at=pd.Timestamp(at).isoformat(), kind=kind, promoted=promoted,
+                                      reason=reason, fit_seconds=seconds))
+
+
+# -- the predictive policy ------------------------------------------------------------------------
+
+def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | None = None,
+                   reconciler_class: type[Reconciler] = Reconciler) -> tuple[PolicyRun, dict[str, Any]]:
+    """Walk the evaluation forward through the reconciler; returns the run and the forecast record."""
+    from predictive_scaler.backtest.runner import ForecastRecord
+
+    scenario, spec = setup.scenario, setup.spec
+    start = setup.eval_start.to_pydatetime()
+    metrics = TraceMetrics(_observable(setup), scenario.cluster.metrics_delay_s)
+    step = setup.model_step
+    trainer = Trainer(kinds=scenario.forecasters, quantile=spec.quantile,
+                      horizon=timedelta(seconds=spec.horizon_seconds), step_seconds=step,
+                      scored_window=scenario.retrain_every)
+    first = trainer.initial(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
+    quantiles = tuple(sorted({0.5, spec.quantile}))
+    served = ServedModel(first, "v1", horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles)
+    grid = metrics.grid(step)
+    g0 = grid.start.timestamp()
+
+    def precompute(from_s: float) -> None:
+        first = math.floor((from_s - g0) / step) - 2
+        last = math.floor((from_s + retrain_every - g0) / step) + 1
+        served.precompute(grid, first, last)
+
+    retrain_every = scenario.retrain_every.total_seconds()
+    precompute(start.timestamp())
+    port = SimulatorCluster(start)
+    clock = FakeClock(start)
+    reconciler = reconciler_class(spec, metrics, served, port, clock)
+    carry: dict[str, Any] = {"state": PlannerState(), "next_retrain": retrain_every, "versions": 1}
+
+    def control(i: int, now_s: float, cluster: SimulatedCluster) -> bool:
+        port.cluster = cluster
+        now = start + timedelta(seconds=now_s)
+        if now_s >= carry["next_retrain"]:
+            carry["next_retrain"] += retrain_every
+            observed_until = pd.Timestamp(now) - pd.Timedelta(seconds=scenario.cluster.metrics_delay_s)
+            served_scores = _served_scores(setup, served, since=now - scenario.retrain_every)
+            challenger = trainer.retrain(metrics.trace.until(observed_until - metrics.trace.step), now, served_scores)
+            if challenger is not None:
+                carry["versions"] += 1
+                served.swap(challenger, f"v{carry['versions']}")
+            precompute(now.timestamp())
+        clock.set(now)
+        result = reconciler.step(carry["state"])
+        carry["state"] = result.state
+        return result.decision.strategy == "reactive"
+
+    run = simulate("predictive", control, setup.n_ticks, setup.tick_s, scenario.cluster,
+                   initial_replicas=initial_replicas, control_every=setup.control_every,
+                   has_fallback=True, progress=progress)
+    record = ForecastRecord(
+        times=pd.DatetimeIndex(served.issued),
+        step_seconds=step,
+        quantiles=quantiles,
+        values=np.stack(served.values) if served.values else np.zeros((0, len(quantiles), 1)),
+    )
+    return run, {"forecasts": record, "model_events": trainer.events,
+                 "notes": [f"forecasting time inside the reconciler: {served.seconds:.1f} s for {len(served.issued)} forecasts"]}
+
+
+def _observable(setup: Setup) -> Series:
+    """The trace up to the end of the evaluation (nothing after it exists for any policy)."""
+    trace = setup.trace
+    steps = setup.training_values.size + setup.n_ticks * setup.tick_s // trace.step_seconds
+    return trace.slice(0, steps)
+
+
+def _served_scores(setup: Setup, served: ServedModel, since: datetime) -> dict[str, Any] | None:
+    """Pinball and coverage per horizon of the forecasts served since ``since`` (the promotion window)."""
+    from predictive_scaler.backtest.runner import ForecastRecord
+
+    times = pd.DatetimeIndex(served.issued)
+    keep = np.flatnonzero(times >= pd.Timestamp(since))
+    if keep.size == 0:
+        return None
+    record = ForecastRecord(times=times[keep], step_seconds=served.step_seconds, quantiles=served.quantiles,
+                            values=np.stack([served.values[i] for i in keep]))
+    accuracy, _ = forecast_accuracy(setup, record)
+    return {"horizons": {h: {"pinball": a.pinball, "coverage": a.coverage} for h, a in accuracy.items()}}
+
+
+# -- forecast accuracy ----------------------------------------------------------------------------
+
+def forecast_accuracy(setup: Setup, record: ForecastRecord | None) -> tuple[dict[str, HorizonAccuracy], dict[str, dict[str, HorizonAccuracy]]]:
+    """Accuracy per horizon of the forecasts the predictive policy used, and of persistence beside it."""
+    if record is None or record.values.shape[0] == 0:
+        return {}, {}
+    scenario = setup.scenario
+    grid = _observable(setup).resample(record.step_seconds)
+    g0 = grid.start.timestamp()
+    issued_idx = np.round((record.times.asi8 / 1e9 - g0) / record.step_seconds).astype(int)
+    q = scenario.quantile
+    k_med = record.quantiles.index(0.5)
+    k_up = record.quantiles.index(q)
+    train_grid = grid.values[: int((setup.eval_start.timestamp() - g0) // record.step_seconds)]
+    scale = naive_scale(train_grid)
+    ours: dict[str, HorizonAccuracy] = {}
+    persistence: dict[str, HorizonAccuracy] = {}
+    for h in scenario.horizons:
+        label = format_duration(h)
+        seconds = h.total_seconds()
+        if seconds % record.step_seconds or seconds / record.step_seconds > record.values.shape[2]:
+            ours[label] = HorizonAccuracy(None, None, None, None, None, 0)
+            continue
+        k = int(seconds // record.step_seconds)
+        target = issued_idx + k
+        inside = (target >= 0) & (target < len(grid))
+        actual = np.full(target.size, np.nan)
+        actual[inside] = grid.values[target[inside]]
+        med = record.values[:, k_med, k - 1]
+        up = record.values[:, k_up, k - 1]
+        ours[label] = horizon_accuracy(med, up, actual, quantile=q, naive_mae=scale)
+        last = np.full(target.size, np.nan)
+        ok = (issued_idx >= 0) & (issued_idx < len(grid))
+        last[ok] = grid.values[issued_idx[ok]]
+        persistence[label] = horizon_accuracy(last, last, actual, quantile=q, naive_mae=scale)
+    return ours, {"persistence (last value)": persistence}
