@@ -98,16 +98,14 @@ class _SpreadModel(WalkForwardModel):
     @classmethod
     def _common_from(cls, params: Mapping[str, Any]) -> dict[str, Any]:
         try:
-            common = {
-                "step_seconds": int(params["step_seconds"]),
-                "log_offset": float(params["log_offset"]),
-                "spread": _check_spread(cls.kind, params["spread"], int(params["step_seconds"])),
-            }
+            step = int(params["step_seconds"])
+            offset = float(params["log_offset"])
+            spread = _check_spread(cls.kind, params["spread"], step)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{cls.kind} parameters are incomplete or malformed ({exc!r}); retrain") from exc
-        if common["step_seconds"] <= 0 or not (math.isfinite(common["log_offset"]) and common["log_offset"] > 0):
+        if step <= 0 or not (math.isfinite(offset) and offset > 0):
             raise ModelError(f"{cls.kind} parameters are out of range; retrain the model")
-        return common
+        return {"step_seconds": step, "log_offset": offset, "spread": spread}
 
 
 # -- persistence -----------------------------------------------------------------------------
@@ -285,17 +283,15 @@ class HoltWintersModel(_SpreadModel):
     def from_params(cls, params: Mapping[str, Any]) -> HoltWintersModel:
         common = cls._common_from(params)
         try:
-            extra = {
-                "alpha": float(params["alpha"]), "beta": float(params["beta"]),
-                "gamma": float(params["gamma"]), "phi": float(params["phi"]),
-                "profile": tuple(float(v) for v in params["profile"]), "window": int(params["window"]),
-            }
+            smoothing = [float(params[k]) for k in ("alpha", "beta", "gamma", "phi")]
+            profile = tuple(float(v) for v in params["profile"])
+            window = int(params["window"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"holt-winters parameters are incomplete or malformed ({exc!r}); retrain") from exc
-        numbers = [extra["alpha"], extra["beta"], extra["gamma"], extra["phi"], *extra["profile"]]
-        if not all(math.isfinite(v) for v in numbers) or not extra["profile"]:
+        if not all(math.isfinite(v) for v in (*smoothing, *profile)) or not profile:
             raise ModelError("holt-winters parameters contain non-finite numbers; retrain the model")
-        return cls(**common, **extra)
+        alpha, beta, gamma, phi = smoothing
+        return cls(**common, alpha=alpha, beta=beta, gamma=gamma, phi=phi, profile=profile, window=window)
 
 
 def _hw_filter(

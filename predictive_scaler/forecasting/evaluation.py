@@ -242,10 +242,10 @@ def evaluate_model(
         if progress is not None:
             progress.update(1)
     horizons = _empty_horizons(cfg)
-    for label, h in labels.items():
-        if h is None or not collected[h]:
+    for label, steps in labels.items():
+        if steps is None or not collected[steps]:
             continue
-        rows = np.concatenate(collected[h])
+        rows = np.concatenate(collected[steps])
         horizons[label] = all_metrics(rows[:, 0], rows[:, 1], rows[:, 2], cfg.quantile, scale)
     fit_seconds = float(np.mean(fit_times)) if fit_times else None
     if origins_scored == 0 and error is None:
