@@ -1,0 +1,65 @@
+"""`predictive-scaler controller`: run the in-cluster operator (kopf) over PredictiveScalers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "controller",
+        help="run the controller that reconciles PredictiveScalers",
+        description=(
+            "Watch PredictiveScaler resources and, every --interval seconds, forecast each one's demand from "
+            "Prometheus, plan replicas and prewarmed GPUs, and (in mode: scale) act through the Kubernetes API. "
+            "Settings default to the PREDICTIVE_SCALER_* environment variables of the deploy/ ConfigMap. "
+            "Run exactly one replica: kopf peering is not leader election. Logs are JSON lines on stderr; "
+            "/metrics and /healthz are served over HTTP."
+        ),
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, else ~/.kube/config)")
+    p.add_argument("--namespace", help="watch only this namespace (default: all namespaces)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="send every write with dryRun=All: validated by the API server, never persisted")
+    p.add_argument("--prometheus-url", help="Prometheus base URL (default: $PREDICTIVE_SCALER_PROMETHEUS_URL)")
+    p.add_argument("--model-store", help="model store directory (default: $PREDICTIVE_SCALER_MODEL_STORE)")
+    p.add_argument("--interval", type=float,
+                   help="seconds between reconciles of one scaler, 5–600 (default: "
+                        "$PREDICTIVE_SCALER_RECONCILE_INTERVAL_SECONDS or 60)")
+    p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (default 8080)")
+    p.add_argument("--health-port", type=int, help="port of /healthz (default: the metrics port)")
+    p.add_argument("--cluster-budget-gpus", type=int,
+                   help="cluster-wide cap on speculative GPUs over all scalers "
+                        "(default: $PREDICTIVE_SCALER_CLUSTER_BUDGET_GPUS; unset = no cap)")
+    p.add_argument("--cluster-budget-cost-per-hour", type=float,
+                   help="cluster-wide cap on speculative cost per hour "
+                        "(default: $PREDICTIVE_SCALER_CLUSTER_BUDGET_COST_PER_HOUR; unset = no cap)")
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace, environ: Any) -> Any:
+    import dataclasses
+
+    from predictive_scaler.controller.settings import ClusterBudgetLimits, ControllerSettings
+
+    settings = ControllerSettings.from_env(
+        environ, prometheus_url=args.prometheus_url, model_store=args.model_store, interval_seconds=args.interval,
+        namespace=args.namespace, dry_run=args.dry_run or None, metrics_port=args.metrics_port,
+        health_port=args.health_port, kubeconfig=args.kubeconfig)
+    budget = settings.cluster_budget
+    if args.cluster_budget_gpus is not None or args.cluster_budget_cost_per_hour is not None:
+        budget = ClusterBudgetLimits(
+            max_gpus=args.cluster_budget_gpus if args.cluster_budget_gpus is not None else budget.max_gpus,
+            max_cost_per_hour=(args.cluster_budget_cost_per_hour if args.cluster_budget_cost_per_hour is not None
+                               else budget.max_cost_per_hour))
+    return dataclasses.replace(settings, cluster_budget=budget)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from predictive_scaler.controller.run import configure_logging, run_controller
+
+    configure_logging(getattr(args, "verbose", False))
+    return run_controller(settings_from_args(args, os.environ))

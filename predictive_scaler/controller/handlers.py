@@ -1,0 +1,98 @@
+"""kopf registrations — thin: they call :class:`ControllerService` and map API faults to kopf retries.
+
+:func:`build_registry` returns a fresh ``kopf.OperatorRegistry`` and the plain
+handler functions registered on it (:class:`Handlers`), so tests call exactly
+what kopf calls, without an event loop or an API server watch.
+
+Operational notes:
+- kopf peering is not leader election: run ONE replica with the Recreate
+  strategy (deploy/base/deployment.yaml does), and the operator runs standalone
+  (no peering objects, so no RBAC for them).
+- No finalizers: the placeholder is garbage-collected through its ownerReference
+  when the PredictiveScaler is deleted, so deletion needs no handler of ours to
+  succeed. The optional deletion handler only drops in-memory bookings.
+- kopf's own handler log lines are not posted as Events (a timer every minute
+  would flood ``kubectl describe``); ours are, deduplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from predictive_scaler.controller.service import ControllerService
+from predictive_scaler.errors import ClusterError, ThrottledError
+from predictive_scaler.kube import manifests
+
+log = logging.getLogger("predictive_scaler.controller")
+
+#: Retry delay for a failed API call when the server did not say (seconds).
+DEFAULT_RETRY_DELAY = 10.0
+
+
+def retry_delay(exc: ClusterError, interval: float) -> float:
+    """How long kopf waits before retrying after an API fault: Retry-After, else a short fixed delay."""
+    if isinstance(exc, ThrottledError) and exc.retry_after is not None:
+        return max(1.0, min(float(exc.retry_after), interval))
+    return min(DEFAULT_RETRY_DELAY, interval)
+
+
+@dataclass(frozen=True)
+class Handlers:
+    reconcile: Callable[..., None]
+    startup: Callable[..., None]
+    deleted: Callable[..., None]
+
+
+def build_registry(service: ControllerService) -> tuple[kopf.OperatorRegistry, Handlers]:
+    registry = kopf.OperatorRegistry()
+    interval = float(service.settings.interval_seconds)
+
+    def reconcile(*, name: str, namespace: str | None, uid: str, spec: Mapping[str, Any],
+                  status: Mapping[str, Any], meta: Mapping[str, Any], **_: Any) -> None:
+        try:
+            service.reconcile(name=name, namespace=namespace or "default", uid=uid, spec=dict(spec or {}),
+                              status=dict(status or {}), annotations=dict(meta.get("annotations") or {}),
+                              generation=meta.get("generation"))
+        except ClusterError as exc:
+            # API faults are retried by kopf; they never reach the planner, so the strategy stays.
+            raise kopf.TemporaryError(f"Kubernetes API: {exc}", delay=retry_delay(exc, interval)) from exc
+
+    def startup(*, settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings, service)
+        try:
+            count = service.seed_budget()
+        except ClusterError as exc:
+            # Without the bookings a scaler could take budget others hold: do not start half-blind.
+            raise kopf.TemporaryError(f"cannot read the PredictiveScalers' budgets: {exc}", delay=5) from exc
+        log.info("started", extra={"scalers": count, "namespace": service.settings.namespace or "*"})
+
+    def deleted(*, name: str, namespace: str | None, uid: str, **_: Any) -> None:
+        service.forget(uid, namespace or "default", name)
+
+    kopf.timer(manifests.GROUP, manifests.VERSION, manifests.PLURAL, interval=interval, initial_delay=1.0,
+               id="reconcile", registry=registry)(reconcile)
+    kopf.on.startup(registry=registry)(startup)
+    kopf.on.login(registry=registry)(login)
+    kopf.on.delete(manifests.GROUP, manifests.VERSION, manifests.PLURAL, optional=True, id="forget",
+                   registry=registry)(deleted)
+    return registry, Handlers(reconcile=reconcile, startup=startup, deleted=deleted)
+
+
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod the ServiceAccount, else the kubeconfig (``$KUBECONFIG``, set from ``--kubeconfig``)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def configure(settings: kopf.OperatorSettings, service: ControllerService) -> None:
+    """kopf settings the design relies on."""
+    settings.posting.level = logging.WARNING  # kopf's "Timer succeeded" every minute is not an Event
+    settings.execution.max_workers = 8  # sync handlers run in threads; the budget ledger is locked
+    settings.peering.standalone = True
+    # Keep kopf's handler progress in status.kopf (the CRD preserves it) rather than annotations.
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
+    settings.watching.server_timeout = 300

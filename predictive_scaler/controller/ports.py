@@ -1,0 +1,304 @@
+"""The real adapters behind the reconciler's ports, for one PredictiveScaler.
+
+- :class:`KubeClusterPort` (ClusterPort) over :class:`~predictive_scaler.kube.client.KubeCluster`:
+  observe the target's ``/scale``, its pods, its placeholder and the free GPUs;
+  apply a decision by patching ``/scale`` and sizing the placeholder Deployment
+  (one pod per would-be replica, so a real replica preempts exactly one);
+  list other autoscalers on the same target; remove the placeholder.
+- :class:`StoreModelPort` (ModelPort) over the model store: notices a new
+  serving version without a restart (the pointer and the model file are checked
+  on every :meth:`~StoreModelPort.refresh`), verifies before use, and keeps the
+  model it already verified when a *new* version is refused. A serving file
+  that changed under the same version is tampering: the model is dropped.
+- :class:`PrometheusMetricsPort` (MetricsPort) over
+  :class:`~predictive_scaler.sources.history.PrometheusMetrics`: a missing value
+  (empty result, NaN, stale) becomes a :class:`SourceError` carrying the reason,
+  never a number.
+
+Nothing here imports ``kubernetes`` or ``kopf``: the adapters take the package's
+own facades, so the fake API server and a real cluster exercise the same code.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from predictive_scaler.errors import ConfigError, ModelError, SourceError
+from predictive_scaler.forecasting.base import FittedModel, Forecast
+from predictive_scaler.forecasting.store import MODEL_FILE, LoadedModel, ModelStore
+from predictive_scaler.kube import manifests
+from predictive_scaler.kube.client import (
+    ConflictingAutoscaler,
+    KubeCluster,
+    PlaceholderInfo,
+    PlaceholderSpec,
+    ScaleInfo,
+    WorkloadRef,
+)
+from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
+from predictive_scaler.series import Series
+from predictive_scaler.sources import dcgm
+from predictive_scaler.sources.history import PrometheusMetrics
+from predictive_scaler.sources.prometheus import PrometheusSource
+from predictive_scaler.spec import ScalerSpec, Toleration
+
+
+@dataclass(frozen=True)
+class ScalerRef:
+    """Which PredictiveScaler a port works for (owner of its placeholder, subject of its Events)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def involved_object(self) -> dict[str, Any]:
+        return {"apiVersion": manifests.API_VERSION, "kind": manifests.KIND, "name": self.name,
+                "namespace": self.namespace, "uid": self.uid}
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# -- cluster ----------------------------------------------------------------------------------
+
+def toleration_dict(t: Toleration) -> dict[str, str]:
+    """A spec toleration in the Pod API's shape (unset fields left out; empty effect = all)."""
+    out: dict[str, str] = {"operator": t.operator}
+    if t.key is not None:
+        out["key"] = t.key
+    if t.value is not None:
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+def label_selector(labels: Mapping[str, str]) -> str | None:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+
+
+class KubeClusterPort:
+    """ClusterPort for one scaler. Build one per reconcile: it remembers what :meth:`observe` read
+    (the Scale's resourceVersion, the placeholder) so :meth:`apply` writes against it."""
+
+    def __init__(self, kube: KubeCluster, scaler: ScalerRef, spec: ScalerSpec) -> None:
+        self.kube = kube
+        self.scaler = scaler
+        self.spec = spec
+        self.scale: ScaleInfo | None = None
+        self.placeholder: PlaceholderInfo | None = None
+        self.observed: ClusterState | None = None
+
+    @property
+    def target(self) -> WorkloadRef:
+        t = self.spec.target
+        return WorkloadRef(api_version=t.api_version, kind=t.kind, name=t.name, namespace=self.scaler.namespace)
+
+    @property
+    def placeholder_spec(self) -> PlaceholderSpec:
+        prewarm = self.spec.prewarm
+        return PlaceholderSpec(
+            scaler_name=self.scaler.name, namespace=self.scaler.namespace, owner_uid=self.scaler.uid,
+            gpus_per_pod=self.spec.gpus_per_replica, priority_class=prewarm.priority_class_name,
+            image=prewarm.image or manifests.PLACEHOLDER_IMAGE, node_selector=dict(prewarm.node_selector),
+            tolerations=[toleration_dict(t) for t in prewarm.tolerations],
+        )
+
+    def conflicts(self) -> tuple[ConflictingAutoscaler, ...]:
+        return self.kube.list_conflicting_autoscalers(self.target)
+
+    def observe(self, now: datetime) -> ClusterState:
+        target = self.target
+        self.scale = self.kube.get_scale(target)
+        if self.scale.selector:
+            pods = self.kube.list_pods(target.namespace, self.scale.selector)
+            ready, starting = pods.ready, pods.starting
+        else:
+            # A custom kind without labelSelectorPath: its /scale status is all we know.
+            ready, starting = self.scale.status_replicas, max(0, self.scale.replicas - self.scale.status_replicas)
+        self.placeholder = self.kube.get_placeholder(self.scaler.name, self.scaler.namespace)
+        free = 0
+        if self.spec.prewarm.enabled:
+            # Listing every pod on GPU nodes is the costly call: only scalers that prewarm need it.
+            free = self.kube.list_gpu_nodes(label_selector(self.spec.prewarm.node_selector)).free_gpus
+        self.observed = ClusterState(
+            desired_replicas=self.scale.replicas, ready_replicas=ready, starting_replicas=starting,
+            placeholder_gpus=self.placeholder.gpus if self.placeholder else 0, free_gpus=free,
+        )
+        return self.observed
+
+    def apply(self, decision: Decision, now: datetime) -> None:
+        """Scale the target, then size (or remove) the placeholder. Raises ClusterError."""
+        target = self.target
+        if self.scale is None or decision.desired_replicas != self.scale.replicas:
+            self.scale = self.kube.patch_scale(target, decision.desired_replicas, current=self.scale)
+        gpr = self.spec.gpus_per_replica
+        pods = decision.placeholder_gpus // gpr if self.spec.prewarm.enabled else 0
+        if pods > 0:
+            self.placeholder = self.kube.ensure_placeholder(self.placeholder_spec, pods)
+        elif self.placeholder is not None:
+            if self.spec.prewarm.enabled:
+                if self.placeholder.replicas:
+                    # Kept at 0 rather than deleted: cheaper than delete/create churn at every peak.
+                    self.placeholder = self.kube.ensure_placeholder(self.placeholder_spec, 0)
+            else:
+                self.remove_placeholder()
+
+    def remove_placeholder(self) -> bool:
+        """Delete the placeholder (forecast-only, prewarm off, refused); True when one was removed."""
+        removed = self.kube.delete_placeholder(self.scaler.name, self.scaler.namespace)
+        self.placeholder = None
+        return removed
+
+
+# -- model ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Held:
+    loaded: LoadedModel
+    version: str
+    sha256: str
+    file_key: tuple[int, int]
+
+
+class StoreModelPort:
+    """ModelPort over one model name of the store (or a pinned version).
+
+    Call :meth:`refresh` once per reconcile, before the step: it is cheap (one
+    small pointer file and one ``stat``) and only re-verifies when something
+    changed. The loaded model is a cache; the store is the record.
+    """
+
+    def __init__(self, store: ModelStore, name: str, *, horizon_seconds: int, quantile: float,
+                 pinned_version: str | None = None, expected_series: str | None = None) -> None:
+        self.store = store
+        self.name = name
+        self.horizon_seconds = horizon_seconds
+        self.quantiles = tuple(sorted({0.5, float(quantile)}))
+        self.pinned_version = pinned_version
+        self.expected_series = expected_series
+        self._held: _Held | None = None
+        #: Why the model in use is not the serving one, or why there is none (for the status).
+        self.problem: str | None = None
+        self.loads = 0
+
+    @property
+    def version(self) -> str | None:
+        return None if self._held is None else self._held.version
+
+    @property
+    def step_seconds(self) -> int | None:
+        return None if self._held is None else int(self._held.loaded.model.step_seconds)
+
+    @property
+    def model(self) -> FittedModel | None:
+        return None if self._held is None else self._held.loaded.model
+
+    @property
+    def trained_until(self) -> datetime | None:
+        if self._held is None:
+            return None
+        return self._held.loaded.manifest.window.end.to_pydatetime()
+
+    def refresh(self) -> None:
+        """Follow the serving pointer; verify a new or changed artifact before using it."""
+        try:
+            version, sha = self._wanted()
+            file_key = self._file_key(version)
+        except ModelError as exc:
+            self._refused(None, str(exc))
+            return
+        held = self._held
+        if held is not None and (held.version, held.sha256, held.file_key) == (version, sha, file_key):
+            return
+        try:
+            loaded = self.store.load(self.name, version, expected_series=self.expected_series)
+            if sha and loaded.manifest.sha256 != sha:
+                raise ModelError(f"model {self.name!r}: version {version} differs from what was promoted "
+                                 "(sha256 mismatch); roll back with `predictive-scaler models rollback`")
+        except (ModelError, ConfigError) as exc:
+            self._refused(version, str(exc))
+            return
+        self.loads += 1
+        self._held = _Held(loaded, version, loaded.manifest.sha256, file_key)
+        self.problem = None
+
+    def _refused(self, version: str | None, why: str) -> None:
+        held = self._held
+        if held is not None and version is not None and version != held.version:
+            # A bad new version: the one verified before is still trustworthy.
+            self.problem = (f"model {self.name!r} version {version} was refused ({why}); still serving "
+                            f"{held.version}")
+            return
+        self._held = None  # the version in use changed under us, or nothing is serving
+        self.problem = why
+
+    def _wanted(self) -> tuple[str, str]:
+        if self.pinned_version is not None:
+            self.store.version_dir(self.name, self.pinned_version)  # validates the name
+            return self.pinned_version, ""
+        pointer = self.store.pointer(self.name)
+        if pointer is None:
+            raise ModelError(f"model {self.name!r} has no serving version in {self.store.root}; train one with "
+                             f"`predictive-scaler train --out {self.store.root} --name {self.name}` (the scaler "
+                             "scales reactively until then)")
+        return pointer.version, pointer.sha256
+
+    def _file_key(self, version: str) -> tuple[int, int]:
+        path = self.store.version_dir(self.name, version) / MODEL_FILE
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise ModelError(f"model {self.name!r} version {version}: {path} is missing ({exc.strerror}); "
+                             "promote another version or retrain") from exc
+        return st.st_mtime_ns, st.st_size
+
+    def forecast(self, recent: Series, now: datetime) -> Forecast:
+        held = self._held
+        if held is None:
+            raise ModelError(self.problem or f"model {self.name!r} is not loaded")
+        model = held.loaded.model
+        step = int(model.step_seconds)
+        if self.horizon_seconds % step:
+            raise ModelError(f"horizonSeconds {self.horizon_seconds} is not a multiple of the model's "
+                             f"{step}s step; choose a multiple of {step}")
+        return model.forecast(recent, self.horizon_seconds // step, self.quantiles)
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+class PrometheusMetricsPort:
+    """MetricsPort for one scaler: its demand query (or the DCGM busy-GPU sum) on Prometheus."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self.metrics = metrics
+
+    @classmethod
+    def for_spec(cls, source: PrometheusSource, spec: ScalerSpec, namespace: str,
+                 labels: dcgm.DcgmLabels = dcgm.DEFAULT_LABELS) -> PrometheusMetricsPort:
+        demand = spec.demand
+        freshness = None
+        query = demand.query
+        if demand.kind == "dcgm-busy-gpus" and query is None:
+            query = dcgm.busy_gpus(namespace, spec.target.name, labels)
+            # A frozen exporter keeps answering: the oldest GPU sample's age says so.
+            freshness = dcgm.freshness(namespace, spec.target.name, labels)
+        if query is None:  # ScalerSpec validation makes this unreachable; say what to do anyway
+            raise ConfigError("spec.demand.query is required for demand.kind 'requests'", field="spec.demand.query")
+        return cls(PrometheusMetrics(source, query, max_age=timedelta(seconds=demand.max_age_seconds),
+                                     freshness_query=freshness, name=spec.target.name))
+
+    def demand_now(self, now: datetime) -> DemandSample:
+        sample = self.metrics.demand_now(now)
+        if not math.isfinite(sample.value):
+            # Missing is never 0: the planner holds on a SourceError and says why.
+            raise SourceError(sample.missing_reason or f"query {self.metrics.demand_query!r} returned no number")
+        return DemandSample(value=float(sample.value), observed_at=sample.observed_at)
+
+    def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
+        return self.metrics.recent(now, window, step_seconds)

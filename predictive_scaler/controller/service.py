@@ -1,0 +1,321 @@
+"""One controller process: reconcile one PredictiveScaler with the real adapters. No kopf here.
+
+:meth:`ControllerService.reconcile` is what the kopf timer calls (see
+:mod:`handlers`), and what tests and the benchmark call directly:
+
+1. paused (annotation ``predictive-scaler.io/paused: "true"``) → no action, condition ``Paused``;
+2. the spec is parsed by the one spec type → an invalid spec is a condition and an
+   Event that say exactly what to fix, and no action;
+3. another autoscaler (HPA, KEDA ScaledObject) on the target → in ``scale`` mode the
+   scaler refuses to act and removes its placeholder; in ``forecast-only`` it only
+   reports (trying predictive-scaler beside an HPA is the point of that mode);
+4. the planner state comes from ``status.plannerState`` (the in-memory copy is used
+   only when it is newer, i.e. our own last write has not come back through the watch yet);
+5. :meth:`Reconciler.step` runs — the code path the backtest runs — inside a
+   reservation of the cluster-wide speculative budget;
+6. ``forecast-only`` leaves no placeholder behind; the status, Events and metrics are written.
+
+API faults raise :class:`ClusterError` (the kopf handler turns a retryable one into
+``kopf.TemporaryError``); they never reach the planner, so they never change the strategy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from predictive_scaler.clock import Clock
+from predictive_scaler.controller.budget import ClusterBudget, capped_spec
+from predictive_scaler.controller.ports import (
+    KubeClusterPort,
+    PrometheusMetricsPort,
+    ScalerRef,
+    StoreModelPort,
+)
+from predictive_scaler.controller.settings import ControllerSettings
+from predictive_scaler.controller.status import Extra, reconciled_status, refused_status
+from predictive_scaler.controller.telemetry import Telemetry
+from predictive_scaler.crd import PAUSE_ANNOTATION
+from predictive_scaler.errors import ClusterError, ConfigError
+from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.policy.state import PlannerState
+from predictive_scaler.reconcile import Event, Reconciler, ReconcileResult
+from predictive_scaler.sources.prometheus import PrometheusSource
+from predictive_scaler.spec import ScalerSpec
+
+log = logging.getLogger("predictive_scaler.controller")
+
+#: The same Event (reason and message) is posted again only after this long.
+EVENT_REPEAT_SECONDS = 600.0
+
+
+@dataclass
+class ScalerRuntime:
+    """Per-scaler memory. Only caches: everything here can be rebuilt from the resource and the store."""
+
+    spec: ScalerSpec | None = None
+    reconciler: Reconciler | None = None
+    model: StoreModelPort | None = None
+    state: PlannerState | None = None
+    events: dict[str, tuple[str, float]] = field(default_factory=dict)
+    ref: ScalerRef | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconcile did: the status it wrote, and the step's result when a step ran."""
+
+    status: dict[str, Any]
+    result: ReconcileResult | None = None
+    refused: str | None = None
+
+
+def is_paused(annotations: Mapping[str, str] | None) -> bool:
+    return str((annotations or {}).get(PAUSE_ANNOTATION, "")).strip().lower() == "true"
+
+
+class ControllerService:
+    def __init__(self, settings: ControllerSettings, kube: KubeCluster, source: PrometheusSource,
+                 store: ModelStore, clock: Clock, *, telemetry: Telemetry | None = None,
+                 budget: ClusterBudget | None = None) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.source = source
+        self.store = store
+        self.clock = clock
+        self.telemetry = telemetry or Telemetry()
+        self.budget = budget or ClusterBudget(settings.cluster_budget)
+        self._runtimes: dict[str, ScalerRuntime] = {}
+        self._lock = threading.Lock()
+
+    # -- process-wide ---------------------------------------------------------------------------
+    def seed_budget(self) -> int:
+        """Book what every scaler's status says it holds (start-up), before any reconcile."""
+        now_s = self.clock.now().timestamp()
+        scalers = self.kube.list_scalers(self.settings.namespace)
+        for obj in scalers:
+            meta = obj.get("metadata") or {}
+            held = ((obj.get("status") or {}).get("budgetInUse")) or {}
+            self.budget.seed(str(meta.get("uid", "")), _int(held.get("gpus")), _float(held.get("costPerHour")), now_s)
+        self.telemetry.scalers = len(scalers)
+        return len(scalers)
+
+    def forget(self, uid: str, namespace: str, name: str) -> None:
+        """The scaler was deleted: its placeholder goes with it (ownerReferences), so do its bookings."""
+        with self._lock:
+            self._runtimes.pop(uid, None)
+            self.telemetry.scalers = len(self._runtimes)
+        self.budget.release(uid)
+        self.telemetry.forget(namespace, name)
+
+    def _runtime(self, uid: str) -> ScalerRuntime:
+        with self._lock:
+            runtime = self._runtimes.setdefault(uid, ScalerRuntime())
+            self.telemetry.scalers = len(self._runtimes)
+            # A scaler deleted while we were away never calls forget(): its booking expires.
+            self.budget.forget_older_than(self.clock.now().timestamp() - 5 * self.settings.interval_seconds)
+            return runtime
+
+    # -- one reconcile --------------------------------------------------------------------------
+    def reconcile(self, *, name: str, namespace: str, uid: str, spec: Mapping[str, Any] | None,
+                  status: Mapping[str, Any] | None = None, annotations: Mapping[str, str] | None = None,
+                  generation: int | None = None) -> Outcome:
+        started = time.perf_counter()
+        now = self.clock.now()
+        now_s = now.timestamp()
+        ref = ScalerRef(name, namespace, uid)
+        runtime = self._runtime(uid)
+        runtime.ref = ref
+        previous = dict(status or {})
+        held_before = (previous.get("budgetInUse") or {}) if isinstance(previous.get("budgetInUse"), Mapping) else {}
+
+        if is_paused(annotations):
+            # Paused keeps what it holds: nothing is touched, so its booking stands.
+            self.budget.seed(uid, _int(held_before.get("gpus")), _float(held_before.get("costPerHour")), now_s)
+            message = (f"paused by the annotation {PAUSE_ANNOTATION}=\"true\": nothing is read or changed; "
+                       "remove the annotation to resume")
+            return self._refuse(ref, runtime, "Paused", message, previous, generation, now, paused=True,
+                                event_type="Normal")
+        try:
+            parsed = ScalerSpec.from_dict(spec or {})
+        except ConfigError as exc:
+            self.telemetry.error(namespace, name, "config")
+            self.budget.seed(uid, _int(held_before.get("gpus")), _float(held_before.get("costPerHour")), now_s)
+            return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now)
+
+        cluster = KubeClusterPort(self.kube, ref, parsed)
+        try:
+            conflicts = tuple(c.describe() for c in cluster.conflicts())
+        except ClusterError:
+            self.telemetry.error(namespace, name, "cluster")
+            raise
+        if conflicts and parsed.mode == "scale":
+            self._release_placeholder(cluster, uid, now_s)
+            message = (f"refusing to scale {parsed.target.kind}/{parsed.target.name}: {', '.join(conflicts)} "
+                       "already scales it and two autoscalers would fight; delete it (or set mode: "
+                       "forecast-only to only report) — the placeholder was removed")
+            return self._refuse(ref, runtime, "ConflictingAutoscaler", message, previous, generation, now,
+                                conflict=True, mode=parsed.mode,
+                                budget={"gpus": 0, "costPerHour": 0.0, "currency": parsed.prewarm.budget.currency})
+
+        reconciler = self._reconciler(runtime, parsed, ref, cluster)
+        assert runtime.model is not None
+        runtime.model.refresh()
+        self.telemetry.model_trained(namespace, name, _ts(runtime.model.trained_until))
+        state = self._state(runtime, previous, ref, now)
+        price = parsed.prewarm.budget.price_per_gpu_hour
+        try:
+            with self.budget.reserve(uid, price, now_s) as reservation:
+                reconciler.spec = capped_spec(parsed, reservation.allowed_gpus)
+                result = reconciler.step(state)
+                held = result.decision.speculative_gpus if result.applied else 0
+                reservation.settle(held, now_s)
+        except ConfigError as exc:  # e.g. the target's kind has no /scale
+            self.telemetry.error(namespace, name, "config")
+            return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now)
+        except ClusterError as exc:
+            self.telemetry.error(namespace, name, "cluster")
+            if exc.status == 404 and not exc.retryable:
+                return self._refuse(ref, runtime, "TargetNotFound", str(exc), previous, generation, now,
+                                    mode=parsed.mode)
+            raise
+        finally:
+            reconciler.spec = parsed
+        if parsed.mode == "forecast-only" and cluster.placeholder is not None:
+            # Switched from scale to forecast-only: it must leave nothing behind.
+            cluster.remove_placeholder()
+        runtime.state = result.state
+
+        held_now = self.budget.held(uid)
+        budget_gpus = held_now.gpus if held_now else 0
+        budget_cost = held_now.cost_per_hour if held_now and price is not None else None
+        extra = Extra(conflicts=conflicts, budget_gpus=budget_gpus, budget_cost_per_hour=budget_cost,
+                      model_warning=runtime.model.problem if runtime.model.version else None,
+                      savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None)
+        body = reconciled_status(result, parsed, extra, previous, now, generation)
+        events = list(result.events)
+        if reservation.allowed_gpus is not None and "budget" in result.decision.limits and reservation.reason:
+            events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
+        if runtime.model.problem and runtime.model.version:
+            events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))
+        self._write_status(ref, body)
+        self._post(ref, runtime, events, now_s)
+        for kind, problem in (("metrics", result.decision.metrics_problem), ("model", result.decision.model_problem)):
+            if problem:
+                self.telemetry.error(namespace, name, kind)
+        self.telemetry.record(namespace, name, parsed, result, budget_gpus, reservation.allowed_gpus,
+                              time.perf_counter() - started, self.settings.interval_seconds)
+        log.info("reconciled", extra={"scaler": ref.describe(), "strategy": result.decision.strategy,
+                                      "desired": result.decision.desired_replicas,
+                                      "placeholder_gpus": result.decision.placeholder_gpus,
+                                      "applied": result.applied, "model_version": result.model_version})
+        return Outcome(body, result)
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _reconciler(self, runtime: ScalerRuntime, spec: ScalerSpec, ref: ScalerRef,
+                    cluster: KubeClusterPort) -> Reconciler:
+        if runtime.reconciler is None or runtime.spec != spec:
+            model_name = spec.model.name or ref.name
+            runtime.model = StoreModelPort(self.store, model_name, horizon_seconds=spec.horizon_seconds,
+                                           quantile=spec.quantile, pinned_version=spec.model.version,
+                                           expected_series=model_name)
+            metrics = PrometheusMetricsPort.for_spec(self.source, spec, ref.namespace)
+            runtime.reconciler = Reconciler(spec, metrics, runtime.model, cluster, self.clock)
+            runtime.spec = spec
+        runtime.reconciler.cluster = cluster  # fresh each reconcile: it remembers what it observed
+        return runtime.reconciler
+
+    def _state(self, runtime: ScalerRuntime, previous: Mapping[str, Any], ref: ScalerRef, now: Any) -> PlannerState:
+        try:
+            stored = PlannerState.from_dict(previous.get("plannerState"))
+        except ConfigError as exc:
+            self._post(ref, runtime, [Event("Warning", "PlannerStateReset", f"{exc}; starting afresh")],
+                       now.timestamp())
+            stored = PlannerState()
+        mine = runtime.state
+        if mine is not None and (mine.last_decided_at or -math.inf) > (stored.last_decided_at or -math.inf):
+            return mine
+        return stored
+
+    def _release_placeholder(self, cluster: KubeClusterPort, uid: str, now_s: float) -> None:
+        cluster.remove_placeholder()
+        with self.budget.reserve(uid, None, now_s) as r:
+            r.settle(0, now_s)
+
+    def _refuse(self, ref: ScalerRef, runtime: ScalerRuntime, reason: str, message: str,
+                previous: Mapping[str, Any], generation: int | None, now: Any, *, paused: bool = False,
+                conflict: bool = False, mode: str | None = None, budget: dict[str, Any] | None = None,
+                event_type: str = "Warning") -> Outcome:
+        body = refused_status(reason, reason, message, previous, now, generation, mode=mode, conflict=conflict,
+                              paused=paused, budget=budget)
+        self._write_status(ref, body)
+        self._post(ref, runtime, [Event(event_type, reason, message)], now.timestamp())
+        self.telemetry.refused(ref.namespace, ref.name, now.timestamp())
+        log.warning("refused", extra={"scaler": ref.describe(), "reason": reason, "detail": message})
+        return Outcome(body, None, reason)
+
+    def _write_status(self, ref: ScalerRef, body: Mapping[str, Any]) -> None:
+        try:
+            self.kube.patch_status(ref.name, ref.namespace, body)
+        except ClusterError:
+            self.telemetry.error(ref.namespace, ref.name, "cluster")
+            raise
+
+    def _post(self, ref: ScalerRef, runtime: ScalerRuntime, events: list[Event], now_s: float) -> None:
+        """Post Events, each (reason, message) at most once per EVENT_REPEAT_SECONDS. Best effort."""
+        for ev in events:
+            last = runtime.events.get(ev.reason)
+            if last is not None and last[0] == ev.message and now_s - last[1] < EVENT_REPEAT_SECONDS:
+                continue
+            try:
+                self.kube.create_event(ref.involved_object(), ev.reason, ev.message, ev.type,
+                                       self.clock.now(), instance=None)
+            except ClusterError as exc:
+                # An Event lost is a report lost, not a reason to fail the reconcile.
+                log.warning("event not recorded", extra={"scaler": ref.describe(), "reason": ev.reason,
+                                                         "detail": str(exc)})
+                continue
+            runtime.events[ev.reason] = (ev.message, now_s)
+
+
+def _fix_message(exc: ConfigError) -> str:
+    where = f" (field {exc.field})" if exc.field else ""
+    return f"invalid spec{where}: {exc}. Nothing is scaled until it is fixed."
+
+
+def _savings(result: ReconcileResult, spec: ScalerSpec) -> str | None:
+    d, c = result.decision, result.cluster
+    diff = (c.desired_replicas - d.desired_replicas) * spec.gpus_per_replica
+    if diff == 0:
+        return f"scaling would keep {c.desired_replicas} replicas"
+    price = spec.prewarm.budget.price_per_gpu_hour
+    money = "" if price is None else f", {abs(diff) * price:.2f} {d.currency}/h"
+    verb = "saving" if diff > 0 else "adding"
+    return (f"scaling would run {d.desired_replicas} replicas instead of {c.desired_replicas}: "
+            f"{verb} {abs(diff)} GPUs{money}")
+
+
+def _int(v: Any) -> int:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return 0
+    return int(f) if math.isfinite(f) and f > 0 else 0
+
+
+def _float(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return f if math.isfinite(f) and f > 0 else 0.0
+
+
+def _ts(when: Any) -> float | None:
+    return None if when is None else float(when.timestamp())

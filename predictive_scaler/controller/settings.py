@@ -1,0 +1,150 @@
+"""Controller settings: one frozen type, documented defaults, eager validation.
+
+Defaults come from the environment the Deployment sets (``deploy/base/configmap.yaml``:
+``PREDICTIVE_SCALER_*``) and can be overridden by the command's flags. Every
+problem raises :class:`ConfigError` naming the setting and what to write instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from predictive_scaler.errors import ConfigError
+
+ENV_PREFIX = "PREDICTIVE_SCALER_"
+#: Environment variables read by :meth:`ControllerSettings.from_env` (configmap names).
+ENV_PROMETHEUS_URL = ENV_PREFIX + "PROMETHEUS_URL"
+ENV_MODEL_STORE = ENV_PREFIX + "MODEL_STORE"
+ENV_INTERVAL = ENV_PREFIX + "RECONCILE_INTERVAL_SECONDS"
+ENV_BUDGET_GPUS = ENV_PREFIX + "CLUSTER_BUDGET_GPUS"
+ENV_BUDGET_COST = ENV_PREFIX + "CLUSTER_BUDGET_COST_PER_HOUR"
+
+
+@dataclass(frozen=True)
+class ClusterBudgetLimits:
+    """Cluster-wide bound on speculative capacity, summed over every PredictiveScaler.
+
+    Per-scaler budgets add up without limit, so the operator caps the sum:
+    ``max_gpus`` speculative GPUs and/or ``max_cost_per_hour`` (each scaler's
+    cost uses its own ``pricePerGpuHour``). None = no cluster cap on that axis.
+    """
+
+    max_gpus: int | None = None
+    max_cost_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_gpus is not None and (isinstance(self.max_gpus, bool) or not isinstance(self.max_gpus, int)
+                                          or self.max_gpus < 0):
+            raise ConfigError(f"cluster budget GPUs must be a whole number ≥ 0, got {self.max_gpus!r}; "
+                              f"set {ENV_BUDGET_GPUS} (empty for no cap)", field="clusterBudgetGpus")
+        if self.max_cost_per_hour is not None and not (
+                isinstance(self.max_cost_per_hour, int | float) and math.isfinite(self.max_cost_per_hour)
+                and self.max_cost_per_hour >= 0):
+            raise ConfigError(f"cluster budget cost per hour must be a finite number ≥ 0, got "
+                              f"{self.max_cost_per_hour!r}; set {ENV_BUDGET_COST} (empty for no cap)",
+                              field="clusterBudgetCostPerHour")
+
+    @property
+    def unlimited(self) -> bool:
+        return self.max_gpus is None and self.max_cost_per_hour is None
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """Everything one controller process needs.
+
+    - ``prometheus_url``: where demand and DCGM metrics are queried (required).
+    - ``model_store``: the model store directory (the read-only PVC mount).
+    - ``namespace``: watch one namespace; None watches the whole cluster.
+    - ``interval_seconds``: time between two reconciles of one scaler. Default 60.
+    - ``dry_run``: every write is sent with ``dryRun=All`` (validated, never persisted).
+    - ``metrics_port`` / ``health_port``: ``/metrics`` and ``/healthz``; the same port
+      serves both when ``health_port`` is None. Default 8080.
+    - ``kubeconfig``: a kubeconfig file; None uses the in-cluster ServiceAccount.
+    - ``cluster_budget``: the cluster-wide speculative cap (see :class:`ClusterBudgetLimits`).
+    - ``prometheus_timeout_seconds``: one Prometheus HTTP call. Default 10.
+    - ``health_stale_after_seconds``: /healthz fails once no reconcile completed for this
+      long while scalers exist (a wedged loop must restart). Default 5 × interval.
+    """
+
+    prometheus_url: str
+    model_store: Path
+    namespace: str | None = None
+    interval_seconds: float = 60.0
+    dry_run: bool = False
+    metrics_port: int = 8080
+    health_port: int | None = None
+    metrics_host: str = "0.0.0.0"  # noqa: S104 — a pod's port is only reachable through its NetworkPolicy
+    kubeconfig: str | None = None
+    cluster_budget: ClusterBudgetLimits = ClusterBudgetLimits()
+    prometheus_timeout_seconds: float = 10.0
+    health_stale_after_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prometheus_url, str) or not self.prometheus_url.startswith(("http://", "https://")):
+            raise ConfigError(f"Prometheus URL {self.prometheus_url!r} must start with http:// or https://, e.g. "
+                              "http://prometheus-operated.monitoring.svc:9090; pass --prometheus-url",
+                              field="prometheusUrl")
+        object.__setattr__(self, "model_store", Path(self.model_store))
+        if not (isinstance(self.interval_seconds, int | float) and math.isfinite(self.interval_seconds)
+                and 5 <= self.interval_seconds <= 600):
+            raise ConfigError(f"reconcile interval {self.interval_seconds!r} s is outside 5–600 s; the default "
+                              "is 60", field="interval")
+        for name in ("metrics_port", "health_port"):
+            port = getattr(self, name)
+            if port is None and name == "health_port":
+                continue
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ConfigError(f"{name.replace('_', '-')} {port!r} is not a TCP port (0–65535; 0 picks a "
+                                  "free one)", field=name)
+        if self.namespace is not None and not self.namespace.strip():
+            raise ConfigError("namespace is empty; omit --namespace to watch every namespace", field="namespace")
+        if not (self.prometheus_timeout_seconds > 0 and math.isfinite(self.prometheus_timeout_seconds)):
+            raise ConfigError("Prometheus timeout must be a positive number of seconds",
+                              field="prometheusTimeout")
+        if self.health_stale_after_seconds is None:
+            object.__setattr__(self, "health_stale_after_seconds", 5.0 * float(self.interval_seconds))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: object) -> ControllerSettings:
+        """Settings from ``PREDICTIVE_SCALER_*`` variables, then ``overrides`` (flags; None = not given)."""
+        values: dict[str, object] = {}
+        if environ.get(ENV_PROMETHEUS_URL):
+            values["prometheus_url"] = environ[ENV_PROMETHEUS_URL]
+        if environ.get(ENV_MODEL_STORE):
+            values["model_store"] = environ[ENV_MODEL_STORE]
+        if environ.get(ENV_INTERVAL):
+            values["interval_seconds"] = _number(environ[ENV_INTERVAL], ENV_INTERVAL)
+        gpus = _optional(environ.get(ENV_BUDGET_GPUS), ENV_BUDGET_GPUS, whole=True)
+        cost = _optional(environ.get(ENV_BUDGET_COST), ENV_BUDGET_COST, whole=False)
+        budget = ClusterBudgetLimits(max_gpus=None if gpus is None else int(gpus), max_cost_per_hour=cost)
+        values["cluster_budget"] = budget
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "prometheus_url" not in values:
+            raise ConfigError(f"no Prometheus URL: pass --prometheus-url or set {ENV_PROMETHEUS_URL}",
+                              field="prometheusUrl")
+        if "model_store" not in values:
+            raise ConfigError(f"no model store: pass --model-store or set {ENV_MODEL_STORE}", field="modelStore")
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _number(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={text!r} is not a number", field=name) from exc
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}={text!r} is not a finite number", field=name)
+    return value
+
+
+def _optional(text: str | None, name: str, *, whole: bool) -> float | None:
+    if text is None or not text.strip():
+        return None
+    value = _number(text.strip(), name)
+    if whole and not value.is_integer():
+        raise ConfigError(f"{name}={text!r} must be a whole number of GPUs", field=name)
+    return value

@@ -1,0 +1,318 @@
+"""Exported metrics (exactly :mod:`predictive_scaler.metrics_catalog`) and the /metrics + /healthz server.
+
+Besides copying the decision into gauges, two live estimates are kept here,
+in memory (they are reports, not decisions — losing them on restart changes
+no scaling):
+
+- :class:`ForecastQuality` — rolling coverage and pinball loss of the planning
+  quantile: each observed demand is scored against the forecast issued *before*
+  its model step began (the one the planner acted on);
+- :class:`WasteEstimator` — speculative GPU-hours that no real demand used:
+  capacity bought at ``t`` counts as used if demand within the node lead time
+  after ``t`` needed it, and as wasted otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.metrics_catalog import CATALOG
+from predictive_scaler.policy.capacity import replicas_for
+from predictive_scaler.reconcile import ReconcileResult
+from predictive_scaler.spec import ScalerSpec
+
+STRATEGIES = ("predictive", "reactive", "hold")
+MODES = ("forecast-only", "scale")
+ERROR_KINDS = ("metrics", "model", "cluster", "config", "internal")
+#: Reconcile duration buckets (seconds): one reconcile should take well under a second.
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+# -- live estimates ------------------------------------------------------------------------------
+
+class ForecastQuality:
+    """Rolling coverage / pinball loss of quantile ``q`` over the last ``window`` observations."""
+
+    def __init__(self, q: float, window: int = 60) -> None:
+        self.q = q
+        self._forecasts: deque[Forecast] = deque(maxlen=4)
+        self._scores: deque[tuple[bool, float]] = deque(maxlen=window)
+
+    def observe(self, forecast: Forecast | None, demand: float | None, now_s: float) -> None:
+        if demand is not None and math.isfinite(demand):
+            predicted = self._predicted_for(now_s)
+            if predicted is not None:
+                err = demand - predicted
+                self._scores.append((demand <= predicted, max(self.q * err, (self.q - 1) * err)))
+        if forecast is not None and (not self._forecasts or self._forecasts[-1].issued_at != forecast.issued_at):
+            self._forecasts.append(forecast)
+
+    def _predicted_for(self, t: float) -> float | None:
+        for f in reversed(self._forecasts):
+            step = f.step_seconds
+            first = f.issued_at.timestamp() + step  # start of its first forecast step
+            h = math.floor((t - first) / step)
+            if 0 <= h < f.horizon_steps:
+                try:
+                    return float(f.quantile(self.q)[h])
+                except Exception:  # noqa: BLE001 — a forecast without the quantile is skipped
+                    return None
+        return None
+
+    @property
+    def coverage(self) -> float | None:
+        return sum(c for c, _ in self._scores) / len(self._scores) if self._scores else None
+
+    @property
+    def pinball(self) -> float | None:
+        return sum(p for _, p in self._scores) / len(self._scores) if self._scores else None
+
+
+class WasteEstimator:
+    """Speculative GPU-hours bought but not needed by the demand that followed within ``lead_s``."""
+
+    def __init__(self) -> None:
+        self._open: deque[tuple[float, float, int, int, float]] = deque(maxlen=512)  # t, dt, base, spec, price
+        self._demand: deque[tuple[float, float]] = deque(maxlen=512)
+
+    def observe(self, now_s: float, period_s: float, demand: float | None, reactive_gpus: int,
+                speculative_gpus: int, price: float | None, capacity: float, gpus_per_replica: int,
+                lead_s: float) -> float:
+        """Book this period; return the wasted cost settled now (speculation older than ``lead_s``)."""
+        if demand is not None and math.isfinite(demand):
+            self._demand.append((now_s, demand))
+        if speculative_gpus > 0 and price is not None:
+            self._open.append((now_s, period_s, reactive_gpus, speculative_gpus, price))
+        wasted = 0.0
+        while self._open and self._open[0][0] + lead_s <= now_s:
+            t, dt, base, spec_gpus, p = self._open.popleft()
+            peak = max((v for ts, v in self._demand if t <= ts <= t + lead_s), default=None)
+            if peak is None:
+                continue  # no demand seen: unknown, not counted as waste
+            needed = replicas_for(peak, capacity) * gpus_per_replica
+            used = min(spec_gpus, max(0, needed - base))
+            wasted += (spec_gpus - used) * p * dt / 3600.0
+        while self._demand and self._open and self._demand[0][0] < self._open[0][0]:
+            self._demand.popleft()
+        if not self._open:
+            while len(self._demand) > 1:
+                self._demand.popleft()
+        return wasted
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+@dataclass
+class _ScalerTrack:
+    quality: ForecastQuality
+    waste: WasteEstimator
+    labels: tuple[str, str]
+    currency: str | None = None
+
+
+class Telemetry:
+    """A prometheus_client registry holding exactly the catalogue's metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.metrics: dict[str, Any] = {}
+        for m in CATALOG:
+            if m.type == "gauge":
+                self.metrics[m.name] = Gauge(m.name, m.help, m.labels, registry=self.registry)
+            elif m.type == "counter":
+                # prometheus_client appends _total itself; the catalogue names the series.
+                base = m.name[: -len("_total")] if m.name.endswith("_total") else m.name
+                self.metrics[m.name] = Counter(base, m.help, m.labels, registry=self.registry)
+            else:
+                self.metrics[m.name] = Histogram(m.name, m.help, m.labels, registry=self.registry,
+                                                 buckets=DURATION_BUCKETS)
+        self._tracks: dict[tuple[str, str], _ScalerTrack] = {}
+        self._lock = threading.Lock()
+        self.last_reconcile_monotonic: float | None = None
+        self.started_monotonic = time.monotonic()
+        self.scalers = 0
+
+    def _m(self, name: str) -> Any:
+        return self.metrics[name]
+
+    def _track(self, namespace: str, name: str, spec: ScalerSpec) -> _ScalerTrack:
+        key = (namespace, name)
+        track = self._tracks.get(key)
+        if track is None or track.quality.q != spec.quantile:
+            track = _ScalerTrack(ForecastQuality(spec.quantile), WasteEstimator(), key)
+            self._tracks[key] = track
+        return track
+
+    def record(self, namespace: str, name: str, spec: ScalerSpec, result: ReconcileResult,
+               budget_gpus: int, budget_limit: int | None, duration_s: float, period_s: float) -> None:
+        labels = (namespace, name)
+        d = result.decision
+        now_s = result.now.timestamp()
+        with self._lock:
+            track = self._track(namespace, name, spec)
+            m = self._m
+            f = result.forecast
+            if f is not None:
+                for q in sorted({0.5, spec.quantile}):
+                    try:
+                        m("predictive_scaler_forecast_demand").labels(*labels, f"{q:g}").set(float(f.quantile(q)[-1]))
+                    except Exception:  # noqa: BLE001 — a quantile the model did not produce is skipped
+                        continue
+                m("predictive_scaler_last_forecast_timestamp_seconds").labels(*labels).set(f.issued_at.timestamp())
+            if d.demand is not None:
+                m("predictive_scaler_observed_demand").labels(*labels).set(d.demand)
+            track.quality.observe(f, d.demand, now_s)
+            if track.quality.coverage is not None:
+                m("predictive_scaler_forecast_coverage").labels(*labels).set(track.quality.coverage)
+                m("predictive_scaler_forecast_pinball_loss").labels(*labels).set(track.quality.pinball)
+            m("predictive_scaler_desired_replicas").labels(*labels).set(d.desired_replicas)
+            m("predictive_scaler_current_replicas").labels(*labels).set(result.cluster.ready_replicas)
+            m("predictive_scaler_placeholder_gpus").labels(*labels).set(
+                d.placeholder_gpus if result.applied else result.cluster.placeholder_gpus)
+            for s in STRATEGIES:
+                m("predictive_scaler_strategy").labels(*labels, s).set(1 if d.strategy == s else 0)
+            for mode in MODES:
+                m("predictive_scaler_mode").labels(*labels, mode).set(1 if spec.mode == mode else 0)
+            m("predictive_scaler_drift_active").labels(*labels).set(1 if d.drift else 0)
+            m("predictive_scaler_budget_gpus_in_use").labels(*labels).set(budget_gpus)
+            own = spec.prewarm.budget.max_gpus
+            limits = [x for x in (own, budget_limit) if x is not None]
+            if limits:
+                m("predictive_scaler_budget_gpus_limit").labels(*labels).set(min(limits))
+            m("predictive_scaler_budget_limited").labels(*labels).set(1 if "budget" in d.limits else 0)
+            currency = d.currency
+            price = spec.prewarm.budget.price_per_gpu_hour
+            if track.currency is not None and track.currency != currency:
+                m("predictive_scaler_speculative_cost_per_hour").remove(*labels, track.currency)
+            track.currency = currency
+            held_cost = 0.0 if price is None else budget_gpus * price
+            m("predictive_scaler_speculative_cost_per_hour").labels(*labels, currency).set(held_cost)
+            if held_cost and result.applied:
+                m("predictive_scaler_prewarm_cost_total").labels(*labels, currency).inc(held_cost * period_s / 3600)
+            wasted = track.waste.observe(
+                now_s, period_s, d.demand, d.reactive_replicas * spec.gpus_per_replica,
+                budget_gpus if result.applied else 0, price, spec.capacity_per_replica, spec.gpus_per_replica,
+                float(spec.lead_times.node_start_seconds))
+            # Touch the counters so they exist at 0 (an alert on a missing series never fires).
+            m("predictive_scaler_wasted_prewarm_cost_total").labels(*labels, currency).inc(wasted)
+            m("predictive_scaler_prewarm_cost_total").labels(*labels, currency).inc(0)
+            m("predictive_scaler_last_reconcile_timestamp_seconds").labels(*labels).set(now_s)
+            m("predictive_scaler_reconcile_duration_seconds").labels(*labels).observe(duration_s)
+            for kind in ERROR_KINDS:
+                m("predictive_scaler_reconcile_errors_total").labels(*labels, kind).inc(0)
+            self.last_reconcile_monotonic = time.monotonic()
+
+    def model_trained(self, namespace: str, name: str, trained_until_s: float | None) -> None:
+        if trained_until_s is not None:
+            self._m("predictive_scaler_model_trained_timestamp_seconds").labels(namespace, name).set(trained_until_s)
+
+    def refused(self, namespace: str, name: str, now_s: float) -> None:
+        """A reconcile that decided nothing on purpose (paused, invalid spec, conflict) still completed."""
+        with self._lock:
+            self._m("predictive_scaler_last_reconcile_timestamp_seconds").labels(namespace, name).set(now_s)
+            self.last_reconcile_monotonic = time.monotonic()
+
+    def error(self, namespace: str, name: str, kind: str) -> None:
+        self._m("predictive_scaler_reconcile_errors_total").labels(
+            namespace, name, kind if kind in ERROR_KINDS else "internal").inc()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a deleted scaler's series (a stale gauge would keep alerting)."""
+        with self._lock:
+            self._tracks.pop((namespace, name), None)
+            for metric in self.metrics.values():
+                for labels in list(_label_sets(metric)):
+                    if labels[:2] == (namespace, name):
+                        metric.remove(*labels)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def healthy(self, stale_after_s: float) -> tuple[bool, str]:
+        """Alive unless scalers exist and no reconcile completed for ``stale_after_s`` seconds."""
+        now = time.monotonic()
+        last = self.last_reconcile_monotonic
+        if self.scalers == 0:
+            return True, "ok: no PredictiveScaler to reconcile"
+        since = now - (last if last is not None else self.started_monotonic)
+        if since > stale_after_s:
+            return False, f"no reconcile completed for {since:.0f}s (limit {stale_after_s:.0f}s)"
+        return True, f"ok: last reconcile {since:.0f}s ago"
+
+
+def _label_sets(metric: Any) -> list[tuple[str, ...]]:
+    return [tuple(k) for k in list(getattr(metric, "_metrics", {}).keys())]
+
+
+# -- HTTP ------------------------------------------------------------------------------------------
+
+class TelemetryServer:
+    """Serves ``/metrics`` and ``/healthz``; one port, or two when ``health_port`` differs."""
+
+    def __init__(self, telemetry: Telemetry, host: str, metrics_port: int, health_port: int | None,
+                 stale_after_s: float) -> None:
+        self.telemetry = telemetry
+        self.stale_after_s = stale_after_s
+        handler = _handler(self._metrics, self._health)
+        self.servers = [ThreadingHTTPServer((host, metrics_port), handler)]
+        if health_port is not None and health_port != metrics_port:
+            self.servers.append(ThreadingHTTPServer((host, health_port), handler))
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def ports(self) -> list[int]:
+        return [int(s.server_address[1]) for s in self.servers]
+
+    def _metrics(self) -> tuple[int, bytes, str]:
+        return 200, self.telemetry.exposition(), CONTENT_TYPE_LATEST
+
+    def _health(self) -> tuple[int, bytes, str]:
+        ok, message = self.telemetry.healthy(self.stale_after_s)
+        return (200 if ok else 503), (message + "\n").encode(), "text/plain; charset=utf-8"
+
+    def start(self) -> TelemetryServer:
+        for server in self.servers:
+            thread = threading.Thread(target=server.serve_forever, name="telemetry-http", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+Route = Callable[[], tuple[int, bytes, str]]
+
+
+def _handler(metrics: Route, health: Route) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 — http.server's naming
+            path = self.path.split("?", 1)[0]
+            route = {"/metrics": metrics, "/healthz": health}.get(path)
+            if route is None:
+                status, body, ctype = 404, b"not found: try /metrics or /healthz\n", "text/plain"
+            else:
+                status, body, ctype = route()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — probes every 10 s would flood logs
+            return
+
+    return Handler
