@@ -25,7 +25,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from predictive_scaler.errors import ClusterError, ConfigError
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.state import PlannerState
-from predictive_scaler.reconcile import Event, Reconciler, ReconcileResult
+from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 
@@ -83,7 +83,8 @@ def is_paused(annotations: Mapping[str, str] | None) -> bool:
 class ControllerService:
     def __init__(self, settings: ControllerSettings, kube: KubeCluster, source: PrometheusSource,
                  store: ModelStore, clock: Clock, *, telemetry: Telemetry | None = None,
-                 budget: ClusterBudget | None = None) -> None:
+                 budget: ClusterBudget | None = None,
+                 metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.source = source
@@ -91,6 +92,9 @@ class ControllerService:
         self.clock = clock
         self.telemetry = telemetry or Telemetry()
         self.budget = budget or ClusterBudget(settings.cluster_budget)
+        #: Builds a scaler's MetricsPort; default: its PromQL on ``source`` (tests inject fakes).
+        self.metrics_factory = metrics_factory or (
+            lambda spec, ref: PrometheusMetricsPort.for_spec(self.source, spec, ref.namespace))
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
 
@@ -225,7 +229,7 @@ class ControllerService:
             runtime.model = StoreModelPort(self.store, model_name, horizon_seconds=spec.horizon_seconds,
                                            quantile=spec.quantile, pinned_version=spec.model.version,
                                            expected_series=model_name)
-            metrics = PrometheusMetricsPort.for_spec(self.source, spec, ref.namespace)
+            metrics = self.metrics_factory(spec, ref)
             runtime.reconciler = Reconciler(spec, metrics, runtime.model, cluster, self.clock)
             runtime.spec = spec
         runtime.reconciler.cluster = cluster  # fresh each reconcile: it remembers what it observed
