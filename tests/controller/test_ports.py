@@ -17,7 +17,15 @@ from predictive_scaler.kube import manifests
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.planner import Decision
 from predictive_scaler.spec import ScalerSpec
-from tests.controller.conftest import NS, TARGET, install, publish_model, scaler, scaler_spec, synthetic_history
+from tests.controller.conftest import (
+    NS,
+    TARGET,
+    install,
+    publish_model,
+    scaler,
+    scaler_spec,
+    synthetic_history,
+)
 from tests.kube.fake_apiserver import FakeApiServer
 
 
