@@ -1,0 +1,58 @@
+"""Drift monitor: triggers in both directions, hysteresis on recovery, idempotence."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictive_scaler.policy.drift import OVER, UNDER, observe
+from predictive_scaler.policy.state import DriftState, PendingForecast
+from predictive_scaler.spec import DriftSettings
+
+SETTINGS = DriftSettings()
+STEP = 300
+
+
+def run(values: list[float], p50: float = 100.0, p95: float = 110.0, state: DriftState | None = None,
+        start: float = 0.0) -> tuple[DriftState, list[DriftState]]:
+    pending = tuple(PendingForecast(start + i * STEP, p50, p95) for i in range(len(values) // 5 + 2))
+    s = state if state is not None else DriftState()
+    s = DriftState(pending=pending, outcomes=s.outcomes, last_evaluated_at=s.last_evaluated_at,
+                   drifting=s.drifting, direction=s.direction, since=s.since, good_since=s.good_since)
+    trail = []
+    for i, v in enumerate(values):
+        s, _ = observe(s, SETTINGS, v, start + 60 * i + 1, STEP, slack=1.0)
+        trail.append(s)
+    return s, trail
+
+
+CASES = [
+    ("good", [100, 104, 96, 108, 99] * 6, None),
+    ("under-fast", [100, 100, 130, 131, 129], UNDER),
+    ("over-fast", [100, 100, 70, 72, 69], OVER),
+    ("under-window", [100, 112, 100, 113, 100, 112, 100, 114, 112, 100, 113, 100], UNDER),  # >30 % above P95
+    ("one-spike-is-not-drift", [100, 100, 200, 100, 100, 100], None),
+]
+
+
+@pytest.mark.parametrize(("values", "direction"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_triggers(values: list[float], direction: str | None) -> None:
+    s, _ = run(values)
+    assert s.drifting == (direction is not None)
+    assert s.direction == direction
+
+
+def test_recovery_needs_the_configured_while_and_far_values_restart_it() -> None:
+    s, _ = run([130, 130, 130])
+    assert s.drifting
+    t0 = s.last_evaluated_at or 0.0
+    # Good for 10 minutes, then one far-off value, then good again: recovery counts from after it.
+    good = [100.0] * 10 + [150.0] + [100.0] * 16
+    s2, trail = run(good, state=s, start=t0 + 59)
+    back = next(i for i, st in enumerate(trail) if not st.drifting)
+    assert back == 11 + SETTINGS.recovery_seconds // 60
+
+
+def test_same_time_is_evaluated_once() -> None:
+    s, _ = run([130, 130])
+    again, _ = observe(s, SETTINGS, 130.0, s.last_evaluated_at or 0.0, STEP, slack=1.0)
+    assert again == s
