@@ -1,0 +1,144 @@
+"""The harness end to end on a small synthetic trace, and the ports it plugs into the Reconciler."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictive_scaler import reconcile
+from predictive_scaler.backtest.adapters import TraceMetrics
+from predictive_scaler.backtest.runner import prepare, run_backtest
+from predictive_scaler.backtest.scenario import POLICIES, Scenario, load_scenario
+from predictive_scaler.errors import ConfigError, InsufficientHistoryError, SourceError
+from predictive_scaler.series import Series
+
+START = pd.Timestamp("2024-01-01T00:00:00Z")
+
+
+def daily_trace(days: int = 9, step: int = 300, seed: int = 1) -> Series:
+    n = days * 86400 // step
+    t = np.arange(n) * step
+    rng = np.random.default_rng(seed)
+    values = 100 + 60 * np.sin(2 * np.pi * t / 86400) + rng.normal(0, 4, n)
+    return Series(np.clip(values, 1, None), START, step, name="synthetic")
+
+
+FAST = Scenario(forecasters=("persistence",), evaluation=timedelta(days=1),
+                spec={"prewarm": {"enabled": True, "budget": {"maxGpus": 8}}})
+
+
+@pytest.fixture(scope="module")
+def result():
+    return run_backtest(daily_trace(), FAST)
+
+
+def test_every_policy_runs_side_by_side_and_json_matches_the_issue(result) -> None:  # noqa: ANN001
+    doc = json.loads(json.dumps(result.to_json(), allow_nan=False))
+    assert set(doc) == {"scenario", "bound", "policies", "forecast"}
+    assert set(doc["policies"]) == set(POLICIES)
+    keys = {"gpu_hours", "cost", "slo_attainment", "unmet_minutes", "unserved_requests", "prewarm_gpu_hours",
+            "wasted_prewarm_cost", "scale_events", "reactive_minutes"}
+    for name, m in doc["policies"].items():
+        assert set(m) == keys, name
+        assert 0.0 <= m["slo_attainment"] <= 1.0
+        assert m["gpu_hours"] >= doc["bound"]["gpu_hours"] - 1e-9, f"{name} beat the physical bound"
+    assert doc["forecast"]["quantile"] == 0.95
+    assert set(doc["forecast"]["horizons"]) == {"10m", "20m", "30m"}
+    assert doc["policies"]["oracle"]["slo_attainment"] == pytest.approx(1.0)
+    assert doc["policies"]["static"]["reactive_minutes"] is None
+
+
+def test_peak_replicas_sizes_from_the_training_window_only() -> None:
+    trace = daily_trace()
+    spiked = Series(np.concatenate([trace.values[:-10], np.full(10, 1e6)]), trace.start, trace.step_seconds)
+    a, b = prepare(trace, FAST), prepare(spiked, FAST)
+    assert a.capacity_per_replica == b.capacity_per_replica
+    train = trace.values[: 7 * 288]
+    assert a.capacity_per_replica == pytest.approx(np.percentile(train, 95) / 10)
+    assert a.max_replicas == 20
+
+
+@pytest.mark.parametrize(
+    ("days", "training_days"), [(9, 7), (14, 7), (21, 14)], ids=["short", "exactly-14", "three-weeks"],
+)
+def test_training_window_rule(days: int, training_days: int) -> None:
+    setup = prepare(daily_trace(days, step=1800), replace(FAST, evaluation=None))
+    assert setup.training == timedelta(days=training_days)
+    assert setup.n_ticks * setup.tick_s == (days - training_days) * 86400
+
+
+def test_too_short_a_trace_is_refused() -> None:
+    with pytest.raises(InsufficientHistoryError):
+        prepare(daily_trace(5), FAST)
+
+
+def test_predictive_policy_runs_through_the_reconciler(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[datetime] = []
+    real_step = reconcile.Reconciler.step
+
+    def counting_step(self, state):  # noqa: ANN001, ANN202
+        calls.append(self.clock.now())
+        return real_step(self, state)
+
+    monkeypatch.setattr(reconcile.Reconciler, "step", counting_step)
+    scenario = replace(FAST, policies=("predictive",), evaluation=timedelta(hours=6))
+    res = run_backtest(daily_trace(), scenario)
+    setup = res.setup
+    assert len(calls) == setup.n_ticks // setup.control_every
+    assert calls[0] == setup.eval_start.to_pydatetime()
+    assert calls[1] - calls[0] == timedelta(seconds=scenario.control_period_s)
+    assert res.forecasts is not None and res.forecasts.values.shape[0] > 0
+
+
+@pytest.mark.parametrize(
+    ("now_s", "demand", "last_step_start_min", "last_mean"),
+    [
+        (630, 9.0, 0, 2.0),    # seen = 9m30s: [5m, 10m) is not complete yet
+        (660, 10.0, 5, 7.0),   # seen = 10m: it is
+    ],
+    ids=["step-incomplete", "step-complete"],
+)
+def test_trace_metrics_show_only_the_past(now_s: int, demand: float, last_step_start_min: int, last_mean: float) -> None:
+    trace = Series(np.arange(20, dtype=float), START, 60)
+    metrics = TraceMetrics(trace, delay_s=60)
+    now = (START + pd.Timedelta(seconds=now_s)).to_pydatetime()
+    assert metrics.demand_now(now).value == demand  # the value 60 s old
+    recent = metrics.recent(now, timedelta(minutes=10), 300)
+    assert recent.last_time == START + pd.Timedelta(minutes=last_step_start_min)
+    assert recent.values[-1] == pytest.approx(last_mean)
+
+
+def test_trace_gap_is_a_source_error_not_zero() -> None:
+    trace = Series(np.array([1.0, np.nan, 3.0]), START, 60)
+    metrics = TraceMetrics(trace, delay_s=0)
+    with pytest.raises(SourceError):
+        metrics.demand_now((START + pd.Timedelta(seconds=90)).to_pydatetime())
+
+
+@pytest.mark.parametrize("name", ["default", "karpenter", "cluster-autoscaler"])
+def test_bundled_scenarios_load(name: str) -> None:
+    scenario = load_scenario(f"backtests/{name}.yaml")
+    assert scenario.name == name
+    assert scenario.spec["prewarm"]["budget"]["maxGpus"] > 0
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [({"preset": "gke"}, "preset"), ({"control_period": "0s"}, "control_period"), ({"bogus": 1}, "bogus"),
+     ({"policies": ["magic"]}, "policies"), ({"cluster": {"gpus_per_node": 0}}, "gpus_per_node")],
+    ids=["preset", "control-period", "unknown-key", "policy", "cluster"],
+)
+def test_bad_scenarios_name_the_field(data: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Scenario.from_dict(data)
+    assert err.value.field is not None and field in err.value.field
+
+
+def test_start_time_is_utc() -> None:
+    assert prepare(daily_trace(), FAST).eval_start.tzinfo is not None
+    assert prepare(daily_trace(), FAST).eval_start.to_pydatetime().utcoffset() == UTC.utcoffset(None)
