@@ -49,7 +49,7 @@ def train(series: Series) -> Series:
 
 @pytest.fixture(scope="module")
 def model(train: Series) -> ProphetModel:
-    return ProphetForecaster().fit(train)
+    return ProphetForecaster(level_bands=3).fit(train)  # exercise the banded error table
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -148,12 +148,14 @@ def _broken(params: dict, path: tuple, value: object) -> dict:
         (("curve", "deltas"), [0.1], "changepoints but 1 deltas"),
         (("curve", "y_scale"), -1.0, "'y_scale' must be positive"),
         (("curve", "seasonalities", 0, "betas"), [0.0], "needs 10 betas"),
-        (("error_quantiles",), [[0.0, 1.0]], "must match the probability grid"),
+        (("error_quantiles",), [[0.0, 1.0]], "must be \\[band\\]\\[horizon step\\]\\[probability\\]"),
+        (("error_quantiles", 0, 0, 0), math.nan, "must hold finite numbers"),
+        (("level_edges",), [2.0, 1.0], "'level_edges' must be increasing"),
         (("step_seconds",), "300", "step_seconds must be a positive integer"),
         (("transform",), "log", "unknown transform"),
     ],
     ids=["nan-phi", "explosive-phi", "inf-k", "delta-count", "negative-scale", "beta-count",
-         "error-table-shape", "step-type", "transform"],
+         "error-table-shape", "error-table-nan", "edges-order", "step-type", "transform"],
 )
 def test_from_params_refuses_invalid(model: ProphetModel, path: tuple, value: object, message: str) -> None:
     with pytest.raises(ModelError, match=message):
@@ -168,8 +170,8 @@ def test_too_little_history_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"changepoint_prior_scale": 0.0}, {"daily_order": 0}, {"warmup_steps": 0}],
-    ids=["prior", "order", "warmup"],
+    [{"changepoint_prior_scale": 0.0}, {"daily_order": 0}, {"warmup_steps": 0}, {"level_bands": 0}],
+    ids=["prior", "order", "warmup", "bands"],
 )
 def test_settings_validated_eagerly(options: dict) -> None:
     with pytest.raises(ModelError):
@@ -192,3 +194,10 @@ def test_walk_forward_is_exactly_what_serving_does(model: ProphetModel, series: 
 def test_walk_forward_refuses_origins_outside_the_series(model: ProphetModel, series: Series) -> None:
     with pytest.raises(ModelError, match="origins must be indices"):
         model.walk_forward(series, np.array([len(series)]), 2, (0.5,))
+
+
+def test_banded_errors_agree_when_noise_does_not_depend_on_level(model: ProphetModel) -> None:
+    """Log-scale noise is the same at every level here, so bands must agree within sampling noise."""
+    assert len(model.level_edges) == 2 and model.error_quantiles.shape[0] == 3
+    width = model.error_quantiles[:, 0, -3] - model.error_quantiles[:, 0, 2]  # ~P99.5 − P0.5 at h=1
+    assert width.max() / width.min() < 1.5

@@ -75,8 +75,9 @@ def hand_built_prophet() -> ProphetModel:
         seasonalities=((7.0, 1, np.array([0.01, -0.02])), (1.0, 2, np.array([0.1, 0.05, -0.03, 0.02]))),
     )
     spread = np.linspace(-0.3, 0.3, len(ERROR_PROBABILITIES))
-    return ProphetModel(step_seconds=300, curve=curve, phi=0.4, theta=-0.8,
-                        error_quantiles=np.vstack([spread * (1 + h / 10) for h in range(6)]),
+    table = np.array([[spread * (1 + h / 10) * (1.5 - b / 4) for h in range(6)] for b in range(2)])
+    return ProphetModel(step_seconds=300, curve=curve, phi=0.4, theta=-0.8, level_edges=(3.0,),
+                        error_quantiles=table,
                         max_gap_steps=12, warmup_steps=24)
 
 
