@@ -193,7 +193,13 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax", field="scenario") from exc
-    return Scenario.from_dict(data, name=p.stem)
+    scenario = Scenario.from_dict(data, name=p.stem)
+    # Validate the spec section now (capacity and step are placeholders until a trace is read).
+    from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
+
+    build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
+               model_step=DEFAULT_MODEL_STEP)
+    return scenario
 
 
 def _duration(value: Any, key: str) -> timedelta:

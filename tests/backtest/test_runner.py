@@ -142,3 +142,11 @@ def test_bad_scenarios_name_the_field(data: dict, field: str) -> None:
 def test_start_time_is_utc() -> None:
     assert prepare(daily_trace(), FAST).eval_start.tzinfo is not None
     assert prepare(daily_trace(), FAST).eval_start.to_pydatetime().utcoffset() == UTC.utcoffset(None)
+
+
+def test_scenario_spec_section_is_validated_when_loaded(tmp_path) -> None:  # noqa: ANN001
+    path = tmp_path / "s.yaml"
+    path.write_text("spec:\n  minReplicas: 50\n  maxReplicas: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert "minReplicas" in (err.value.field or "")
