@@ -108,6 +108,9 @@ class Manifest:
     base_kind: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     libraries: Mapping[str, str | None] = field(default_factory=dict)
+    #: Requests/s one replica serves at the utilisation target, learned from DCGM history by the
+    #: retraining job (``predictive_scaler.capacity_estimate``), with its interval; None when unknown.
+    capacity: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +121,7 @@ class Manifest:
             "window": self.window.to_dict(),
             "metrics": _jsonable(self.metrics),
             "libraries": dict(self.libraries),
+            **({"capacity": _jsonable(self.capacity)} if self.capacity is not None else {}),
             "created_at": _iso(self.created_at),
             "sha256": self.sha256,
             "size_bytes": self.size_bytes,
@@ -151,6 +155,9 @@ class Manifest:
         if not isinstance(metrics, Mapping) or not isinstance(libraries, Mapping):
             raise ModelError(f"manifest: metrics and libraries must be objects; {_RETRAIN}")
         created = _timestamp(d.get("created_at"), "created_at")
+        capacity = d.get("capacity")
+        if capacity is not None and not isinstance(capacity, Mapping):
+            raise ModelError(f"manifest: capacity must be an object or absent; {_RETRAIN}")
         return cls(
             format_version=version,
             kind=d["kind"],
@@ -159,6 +166,7 @@ class Manifest:
             window=TrainingWindow.from_dict(d.get("window")),
             metrics=dict(metrics),
             libraries=dict(libraries),
+            capacity=dict(capacity) if capacity is not None else None,
             created_at=created,
             sha256=d["sha256"],
             size_bytes=size,
@@ -210,6 +218,7 @@ def save_artifact(
     metrics: Mapping[str, Any] | None = None,
     directory: str | Path,
     clock: Clock | None = None,
+    capacity: Mapping[str, Any] | None = None,
 ) -> Manifest:
     """Write ``model.json`` then ``manifest.json`` (each atomically) into ``directory``.
 
@@ -229,6 +238,7 @@ def save_artifact(
         created_at=created,
         sha256=hashlib.sha256(body).hexdigest(),
         size_bytes=len(body),
+        capacity=dict(capacity) if capacity is not None else None,
     )
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -405,6 +415,7 @@ class ModelStore:
         window: TrainingWindow,
         metrics: Mapping[str, Any] | None = None,
         serve: bool = True,
+        capacity: Mapping[str, Any] | None = None,
     ) -> str:
         """Write a new version (complete before it becomes visible); serve it if ``serve``. Returns its id."""
         versions = self._versions(name)
@@ -413,7 +424,7 @@ class ModelStore:
         tmp = versions / f".tmp-{uuid.uuid4().hex[:12]}"
         try:
             manifest = save_artifact(model, series=series, window=window, metrics=metrics,
-                                     directory=tmp, clock=self.clock)
+                                     directory=tmp, clock=self.clock, capacity=capacity)
             version = f"{_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
             final = versions / version
             if final.exists():
