@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from predictive_scaler.errors import ConfigError, ModelError, SourceError
@@ -43,7 +43,7 @@ from predictive_scaler.kube.client import (
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
 from predictive_scaler.series import Series
 from predictive_scaler.sources import dcgm
-from predictive_scaler.sources.history import PrometheusMetrics
+from predictive_scaler.sources.history import PrometheusMetrics, pull_history
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec, Toleration
 
@@ -272,6 +272,10 @@ class StoreModelPort:
 
 # -- metrics ----------------------------------------------------------------------------------
 
+#: Step at which recent history is pulled before it is averaged onto the model grid.
+PULL_STEP_SECONDS = 60
+
+
 class PrometheusMetricsPort:
     """MetricsPort for one scaler: its demand query (or the DCGM busy-GPU sum) on Prometheus."""
 
@@ -301,4 +305,18 @@ class PrometheusMetricsPort:
         return DemandSample(value=float(sample.value), observed_at=sample.observed_at)
 
     def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
-        return self.metrics.recent(now, window, step_seconds)
+        """The model-step history, pulled at one minute and averaged into model steps.
+
+        A user's demand query has a short range (``[2m]``) chosen for *now*; evaluated
+        once per 5-minute step it would sample 2 of every 5 minutes. Pulled every
+        minute and averaged, each model step is the mean demand over the step, as the
+        model was trained on (and as the backtest replays it).
+        """
+        if step_seconds <= PULL_STEP_SECONDS or step_seconds % PULL_STEP_SECONDS:
+            return self.metrics.recent(now, window, step_seconds)
+        if window <= timedelta(0):
+            raise SourceError(f"recent window must be positive, got {window}")
+        end = datetime.fromtimestamp(math.floor(now.timestamp() / step_seconds) * step_seconds, UTC)
+        fine = pull_history(self.metrics.source, self.metrics.history_query, end - window, end, PULL_STEP_SECONDS,
+                            min_history=None, combine=self.metrics.combine, name=self.metrics.name)
+        return fine.resample(step_seconds)
