@@ -508,9 +508,14 @@ def _retrain(target: ScalerTarget, history: HistoryPort, store: ModelStore, sett
                        reason=f"done earlier in run {run_id}: {earlier.result} ({earlier.reason})")
     reused = _published_by_run(store, model_name, run_id)
     if reused is not None:
-        store.promote(model_name, reused)  # verified; idempotent when it already serves
-        return replace(base, result="promoted", version=reused, serving_version=reused,
-                       reason=f"version {reused} was published by this run before an interruption; serving it")
+        try:
+            store.promote(model_name, reused)  # verified; idempotent when it already serves
+        except ModelError as exc:
+            log.warning("%s: version %s from this run is refused (%s); training again", target.key, reused, exc)
+        else:
+            return replace(base, result="promoted", version=reused, serving_version=reused,
+                           reason=f"version {reused} was published by this run before an interruption; "
+                                  "serving it")
 
     step = spec.model.step_seconds
     end = datetime.fromtimestamp(math.floor(now.timestamp() / step) * step, UTC)
@@ -581,7 +586,12 @@ def _retrain(target: ScalerTarget, history: HistoryPort, store: ModelStore, sett
     metrics["retrain"] = {"run_id": run_id, "scaler": target.key, "decision": decision.reason}
     version = store.publish(model_name, challenger, series=model_name, window=TrainingWindow.of(fit_part),
                             metrics=metrics, capacity=capacity, serve=False)
-    store.promote(model_name, version)  # verifies the written artifact; a refusal leaves serving untouched
+    try:
+        store.promote(model_name, version)  # verifies the written artifact before the pointer moves
+    except ModelError as exc:
+        return replace(outcome, result="failed", version=version,
+                       reason=(f"published version {version} was refused when verified ({exc}); still "
+                               f"serving {serving_version or 'nothing (the controller stays reactive)'}"))
     return replace(outcome, version=version, serving_version=version)
 
 
