@@ -121,10 +121,12 @@ def observe(
         if hit is None:
             return base, None
         direction, why = hit
+        median = "n/a" if p.p50 is None else f"{p.p50:.4g}"
+        note = (f"forecast drift ({direction}): {why} (latest {value:.4g} vs P50 {median}, "
+                f"P95 {p.pq:.4g})")
         # Fresh evidence from here on: recovery is judged only on what follows.
-        return replace(base, drifting=True, direction=direction, since=now, good_since=None, outcomes=()), (
-            f"forecast drift ({direction}): {why} (latest {value:.4g} vs P50 "
-            f"{'n/a' if p.p50 is None else f'{p.p50:.4g}'}, P95 {p.pq:.4g})")
+        return replace(base, drifting=True, direction=direction, since=now, good_since=None, outcomes=(),
+                       reason=note, note=note, note_at=now), note
     if hit is not None:
         return replace(base, good_since=None, outcomes=()), None
     if code in (FAR_ABOVE, FAR_BELOW):
@@ -132,7 +134,8 @@ def observe(
         return replace(base, good_since=None), None
     good_since = state.good_since if state.good_since is not None else now
     if now - good_since >= settings.recovery_seconds:
-        return replace(base, drifting=False, direction=None, since=now, good_since=None), (
-            f"the forecast has matched demand for {int(now - good_since)} s "
-            f"(recoverySeconds {settings.recovery_seconds}): drift is over")
+        note = (f"the forecast has matched demand for {int(now - good_since)} s "
+                f"(recoverySeconds {settings.recovery_seconds}): drift is over, predictive again")
+        return replace(base, drifting=False, direction=None, since=now, good_since=None, reason=None,
+                       note=note, note_at=now), note
     return replace(base, good_since=good_since), None

@@ -173,7 +173,6 @@ def plan(
     events = reactive_policy.prune_events(state.scale_events, spec.reactive, t)
     reasons: list[str] = []
     limits: list[str] = []
-    drift_note: str | None = None
     predicted: int | None = None
     q_pod = q_node = None
     spec_gpus = 0
@@ -211,7 +210,7 @@ def plan(
         reasons.extend(reactive.reasons[1:] if len(reactive.reasons) > 1 else ())
     else:
         missing_since = None
-        drift_state, drift_note = drift_policy.observe(
+        drift_state, _ = drift_policy.observe(
             drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap)
         limits.extend(reactive.limits)
         if model_problem is not None:
@@ -219,8 +218,7 @@ def plan(
             reasons.append(f"reactive: {model_problem}; scaling like the HPA until a valid model is served")
         elif drift_state.drifting:
             strategy = "reactive"
-            why = drift_note or f"forecast drift ({drift_state.direction}) since " \
-                                 f"{datetime.fromtimestamp(drift_state.since or t).isoformat()}"
+            why = drift_state.reason or f"forecast drift ({drift_state.direction})"
             good = "" if drift_state.good_since is None else \
                 f"; good again for {int(t - drift_state.good_since)} s"
             reasons.append(f"reactive: {why}; back to predictive after the forecast has been good for "
@@ -231,8 +229,8 @@ def plan(
         desired = reactive.desired
         if strategy == "predictive":
             assert view is not None
-            if drift_note:
-                reasons.append(drift_note)
+            if drift_state.note and drift_state.note_at == t:
+                reasons.append(drift_state.note)
             lead_pod = spec.lead_times.pod_start_seconds
             lead_node = spec.lead_times.node_start_seconds
             q_pod, _ = view.max_over(t, t + lead_pod)

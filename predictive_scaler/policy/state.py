@@ -42,6 +42,11 @@ class DriftState:
     direction: str | None = None  # "under-forecast" | "over-forecast"
     since: float | None = None
     good_since: float | None = None
+    #: Why drift began (kept while drifting) — and the last transition's sentence with its time,
+    #: so a retried or restored decision explains itself exactly as the first one did.
+    reason: str | None = None
+    note: str | None = None
+    note_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,9 @@ class PlannerState:
                 "direction": d.direction,
                 "since": d.since,
                 "goodSince": d.good_since,
+                "reason": d.reason,
+                "note": d.note,
+                "noteAt": d.note_at,
             },
         }
 
@@ -113,6 +121,9 @@ class PlannerState:
                     direction=direction,
                     since=_opt_time(d.get("since")),
                     good_since=_opt_time(d.get("goodSince")),
+                    reason=_opt_str(d.get("reason")),
+                    note=_opt_str(d.get("note")),
+                    note_at=_opt_time(d.get("noteAt")),
                 ),
             )
         except ConfigError:
@@ -133,3 +144,9 @@ def _time(v: Any) -> float:
 
 def _opt_time(v: Any) -> float | None:
     return None if v is None else _time(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"{v!r} is not a string")
+    return v
