@@ -300,7 +300,9 @@ class PrometheusHistory:
         ns, workload = target.namespace, target.spec.target.name
         queries = {
             "busy_gpus": dcgm.busy_gpus(ns, workload),
-            "mean_utilisation": target.spec.demand.utilization_query or dcgm.mean_utilisation(ns, workload),
+            # Saturation is judged on the busiest GPU: one idle GPU must not hide a saturated one.
+            "mean_utilisation": target.spec.demand.utilization_query
+            or f"max({dcgm.GPU_UTIL}{dcgm.pod_selector(ns, workload)})",
             "idle_gpus": dcgm.idle_allocated_gpus(ns, workload),
             "allocated_gpus": dcgm.allocated_gpus(ns, workload),
         }
