@@ -25,6 +25,7 @@ from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     check_origins,
     max_horizon_steps,
+    on_model_grid,
     walk_forward,
 )
 from predictive_scaler.series import Series
@@ -33,6 +34,32 @@ from predictive_scaler.series import Series
 CALIBRATED_QUANTILES: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.975, 0.99)
 #: Fewer scores than this per horizon step cannot pin down a P95.
 MIN_SCORES = 50
+#: Steps of recent one-step log changes that measure the current volatility.
+VOLATILITY_WINDOW = 12
+#: The volatility used is at least this share of its typical (median) calibration value,
+#: so a quiet hour (or a run of zeros) cannot shrink the interval to nothing.
+VOLATILITY_FLOOR_SHARE = 0.5
+#: With no observation in the volatility window (an outage), the scale is this many floors.
+NO_DATA_SCALE = 3.0
+
+
+def _with_median(quantiles: Sequence[float]) -> tuple[float, ...]:
+    return tuple(sorted({0.5, *quantiles}))
+
+
+def recent_volatility(values: np.ndarray, origins: np.ndarray, log_offset: float, window: int) -> np.ndarray:
+    """RMS of the one-step log changes in the ``window`` steps up to each origin (NaN if none)."""
+    logy = to_log(values, log_offset)
+    logy[~np.isfinite(values)] = np.nan
+    d2 = np.diff(logy, prepend=np.nan) ** 2
+    ok = np.isfinite(d2)
+    csum = np.concatenate([[0.0], np.cumsum(np.where(ok, d2, 0.0))])
+    ccount = np.concatenate([[0], np.cumsum(ok)])
+    hi = origins + 1
+    lo = np.maximum(hi - window, 0)
+    count = ccount[hi] - ccount[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, np.sqrt((csum[hi] - csum[lo]) / np.maximum(count, 1)), np.nan)
 
 
 @dataclass(frozen=True)
@@ -43,6 +70,10 @@ class CalibratedModel(FittedModel):
     quantiles: tuple[float, ...]
     offsets: tuple[tuple[float, ...], ...]  # [quantile][horizon step]
     log_offset: float
+    #: Locally adaptive calibration: offsets are in units of the recent volatility
+    #: (``volatility_floor`` > 0), or plain log shifts (0).
+    volatility_floor: float = 0.0
+    volatility_window: int = VOLATILITY_WINDOW
     kind: ClassVar[str] = "calibrated"
 
     def __post_init__(self) -> None:
@@ -69,27 +100,54 @@ class CalibratedModel(FittedModel):
         grid = np.asarray(self.quantiles)
         return np.array([[np.interp(q, grid, table[:, h]) for h in range(horizon_steps)] for q in quantiles])
 
-    def _apply(self, values: np.ndarray, quantiles: Sequence[float], horizon_steps: int) -> np.ndarray:
-        shifted = to_log(values, self.log_offset) + self._shift(quantiles, horizon_steps)
+    @property
+    def adaptive(self) -> bool:
+        return self.volatility_floor > 0
+
+    def _scale(self, values: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        """Per-origin recent volatility, floored; with no recent data, a wide fallback."""
+        vol = recent_volatility(values, origins, self.log_offset, self.volatility_window)
+        return np.where(np.isfinite(vol), np.maximum(vol, self.volatility_floor),
+                        NO_DATA_SCALE * self.volatility_floor)
+
+    def _apply(self, raw: np.ndarray, quantiles: Sequence[float], scale: np.ndarray) -> np.ndarray:
+        """Calibrated quantiles (n, k, h) from base quantiles ``raw`` (n, 1 + k, h), median first.
+
+        Adaptive: median + offset × recent volatility; otherwise each base quantile + its offset.
+        """
+        shift = self._shift(quantiles, raw.shape[2])[None, :, :]
+        if self.adaptive:
+            centre = to_log(raw[:, :1, :], self.log_offset)
+            shifted = centre + scale[:, None, None] * shift
+        else:
+            shifted = to_log(raw[:, 1:, :], self.log_offset) + shift
         out = from_log(shifted, self.log_offset)
-        return np.where(np.isfinite(values), out, np.nan)
+        return np.where(np.isfinite(raw[:, 1:, :]) & np.isfinite(raw[:, :1, :]), out, np.nan)
 
     def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
         qs = check_quantiles(quantiles)
-        raw = self.base.forecast(recent, horizon_steps, qs)
+        raw = self.base.forecast(recent, horizon_steps, _with_median(qs))
+        grid = on_model_grid(recent, self.step_seconds, self.base.kind)
+        last = np.array([len(grid) - 1])
+        values = np.asarray(raw.values)
+        stacked = np.concatenate([values[[raw.quantiles.index(0.5)]], values[[raw.quantiles.index(q) for q in qs]]])
         return Forecast(
             issued_at=raw.issued_at,
             step_seconds=raw.step_seconds,
             quantiles=qs,
-            values=self._apply(np.asarray(raw.values), qs, horizon_steps),
+            values=self._apply(stacked[None], qs, self._scale(grid.values, last))[0],
             model=f"{self.base.kind}+calibrated",
         )
 
     def walk_forward(
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
-        raw = walk_forward(self.base, series, origins, horizon_steps, quantiles)
-        return np.stack([self._apply(row, quantiles, horizon_steps) for row in raw]) if len(raw) else raw
+        qs = tuple(quantiles)
+        idx = check_origins(series, origins)
+        base_qs = _with_median(qs)
+        raw = walk_forward(self.base, series, idx, horizon_steps, base_qs)
+        stacked = np.concatenate([raw[:, [base_qs.index(0.5)]], raw[:, [base_qs.index(q) for q in qs]]], axis=1)
+        return self._apply(stacked, qs, self._scale(series.values, idx))
 
     def to_params(self) -> dict[str, Any]:
         return {
@@ -98,6 +156,8 @@ class CalibratedModel(FittedModel):
             "quantiles": list(self.quantiles),
             "offsets": [list(r) for r in self.offsets],
             "log_offset": self.log_offset,
+            "volatility_floor": self.volatility_floor,
+            "volatility_window": self.volatility_window,
         }
 
     @classmethod
@@ -110,14 +170,19 @@ class CalibratedModel(FittedModel):
             quantiles = check_quantiles(params["quantiles"])
             offsets = tuple(tuple(float(v) for v in row) for row in params["offsets"])
             log_offset = float(params["log_offset"])
+            floor = float(params.get("volatility_floor", 0.0))
+            vol_window = int(params.get("volatility_window", VOLATILITY_WINDOW))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"calibrated model parameters are incomplete or malformed ({exc!r}); retrain") from exc
         if base_kind == cls.kind:
             raise ModelError("a calibrated model cannot wrap another calibrated model; retrain")
         if not all(math.isfinite(v) for row in offsets for v in row) or not (math.isfinite(log_offset) and log_offset > 0):
             raise ModelError("calibration parameters contain non-finite numbers; retrain the model")
+        if not (math.isfinite(floor) and floor >= 0) or vol_window < 1:
+            raise ModelError("calibration volatility settings are out of range; retrain the model")
         return cls(base=model_from_params(base_kind, base_params), quantiles=quantiles,
-                   offsets=offsets, log_offset=log_offset)
+                   offsets=offsets, log_offset=log_offset, volatility_floor=floor,
+                   volatility_window=vol_window)
 
 
 def conformal_quantile(scores: np.ndarray, q: float) -> float:
@@ -141,6 +206,7 @@ def calibrate(
     quantiles: Sequence[float] = CALIBRATED_QUANTILES,
     horizon_steps: int | None = None,
     stride: int = 1,
+    adaptive: bool = True,
 ) -> CalibratedModel:
     """Calibrate ``base`` on the forecasts it makes from ``first_origin`` to the end of ``series``.
 
@@ -148,11 +214,14 @@ def calibrate(
     looks past the data it is given; ``first_origin`` should be the last step
     of the base model's fit window, so every score is out of sample. ``stride``
     thins the origins for models that forecast one origin at a time.
+    ``adaptive`` scores residuals in units of the recent volatility, so the
+    interval widens in bursty hours and narrows in calm ones.
     """
     qs = check_quantiles(quantiles)
     h_max = horizon_steps or max_horizon_steps(series.step_seconds)
     origins = check_origins(series, np.arange(first_origin, len(series) - 1, max(1, stride)))
-    forecasts = walk_forward(base, series, origins, h_max, qs)  # (n, k, h)
+    base_qs = _with_median(qs)
+    forecasts = walk_forward(base, series, origins, h_max, base_qs)  # (n, k, h)
     log_offset = float(getattr(base, "log_offset", 0.0)) or choose_log_offset(series.values[: first_origin + 1])
     actual = np.full((origins.size, h_max), np.nan)
     for h in range(1, h_max + 1):
@@ -161,9 +230,23 @@ def calibrate(
         actual[inside, h - 1] = series.values[target[inside]]
     actual_log = to_log(actual, log_offset)
     actual_log[~np.isfinite(actual)] = np.nan
+
+    def log_of(fc: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(fc), to_log(fc, log_offset), np.nan)
+
+    floor = 0.0
+    if adaptive:
+        vol = recent_volatility(series.values, origins, log_offset, VOLATILITY_WINDOW)
+        typical = float(np.nanmedian(vol)) if np.isfinite(vol).any() else 0.0
+        floor = VOLATILITY_FLOOR_SHARE * typical
     offsets = []
-    for k, q in enumerate(qs):
-        fc = forecasts[:, k, :]
-        scores = actual_log - np.where(np.isfinite(fc), to_log(fc, log_offset), np.nan)
+    for q in qs:
+        if floor > 0:
+            # Locally adaptive: distance from the median in units of recent volatility.
+            scale = np.where(np.isfinite(vol), np.maximum(vol, floor), NO_DATA_SCALE * floor)
+            scores = (actual_log - log_of(forecasts[:, base_qs.index(0.5), :])) / scale[:, None]
+        else:
+            scores = actual_log - log_of(forecasts[:, base_qs.index(q), :])
         offsets.append(tuple(conformal_quantile(scores[:, h], q) for h in range(h_max)))
-    return CalibratedModel(base=base, quantiles=qs, offsets=tuple(offsets), log_offset=log_offset)
+    return CalibratedModel(base=base, quantiles=qs, offsets=tuple(offsets), log_offset=log_offset,
+                           volatility_floor=floor)

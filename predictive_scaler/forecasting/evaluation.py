@@ -79,6 +79,8 @@ class EvaluationSettings:
     calibration_window: timedelta = timedelta(days=3)
     #: Longest history one fit sees (older data is dropped, as a retraining job would).
     train_window: timedelta = timedelta(days=28)
+    #: Calibrate in units of recent volatility (wider in bursts, narrower when calm).
+    adaptive_calibration: bool = True
     #: Models without a batch path are scored on at most this many origins (evenly thinned).
     max_slow_origins: int = 1500
 
@@ -223,7 +225,8 @@ def evaluate_model(
             window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
             lo = max(0, block.fit_end - 1 - window)
             model = calibrate(base, series.slice(lo, block.start), block.fit_end - 1 - lo,
-                              quantiles=cal_qs, horizon_steps=h_max, stride=stride)
+                              quantiles=cal_qs, horizon_steps=h_max, stride=stride,
+                              adaptive=cfg.adaptive_calibration)
             lo = max(0, block.start - 1 - window)
             origins = np.arange(block.start - 1, block.end - 1, stride)
             fc = walk_forward(model, series.slice(lo, block.end - 1 + 1), origins - lo, h_max, qs)

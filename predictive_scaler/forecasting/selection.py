@@ -108,6 +108,7 @@ def train_model(
         fit_end - 1 - lo,
         quantiles=tuple(sorted({*CALIBRATED_QUANTILES, quantile})),
         horizon_steps=max(wanted, max_horizon_steps(grid.step_seconds)),
+        adaptive=cfg.adaptive_calibration,
     )
     metrics = report.to_dict()
     metrics["calibration_window"] = format_duration(cfg.calibration_window)

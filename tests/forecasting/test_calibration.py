@@ -8,7 +8,7 @@ import pytest
 from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.calibration import CalibratedModel, calibrate, conformal_quantile
-from predictive_scaler.forecasting.metrics import coverage
+from predictive_scaler.forecasting.metrics import coverage, pinball
 from predictive_scaler.forecasting.walkforward import walk_forward
 
 from .conftest import make_daily
@@ -92,3 +92,28 @@ def test_bad_calibration_params_are_refused(series, base, mutate):
     mutate(params)
     with pytest.raises(ModelError):
         registry.model_from_params("calibrated", params)
+
+
+def test_adaptive_calibration_widens_in_volatile_hours():
+    """Noise that switches between calm and wild every few hours: the adaptive P95 follows it."""
+    from predictive_scaler.series import Series
+
+    rng = np.random.default_rng(4)
+    n = 12 * DAY
+    wild = (np.arange(n) // 36) % 2 == 1  # 3 calm hours, 3 wild hours
+    values = 100 * np.exp(rng.normal(0, np.where(wild, 0.4, 0.05)))
+    series = Series(values=values, start=make_daily(days=1).start, step_seconds=300)
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    idx = np.arange(9 * DAY, len(series) - 6)
+    actual = series.values[idx + 3]
+    result = {}
+    for adaptive in (False, True):
+        model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, adaptive=adaptive)
+        p95 = walk_forward(model, series, idx, 6, (0.5, 0.95))[:, 1, 2]
+        deep_in_wild = wild[idx] & wild[idx - 12]
+        deep_in_calm = ~wild[idx] & ~wild[idx - 12]
+        result[adaptive] = (np.median(p95[deep_in_wild]) / np.median(p95[deep_in_calm]),
+                            pinball(actual, p95, 0.95), coverage(actual, p95))
+    assert result[True][0] > 1.5 * result[False][0]  # the interval tracks the regime
+    assert result[True][1] < result[False][1]  # and pays off in pinball loss
+    assert result[True][2] == pytest.approx(0.95, abs=0.03)
