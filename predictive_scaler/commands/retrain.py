@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault(name, "1")
     import json
     import logging
+    from dataclasses import replace
     from datetime import UTC, datetime
     from pathlib import Path
 
@@ -87,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
         settings = RetrainSettings(
             history=parse_duration(args.history), min_history=parse_duration(args.min_history),
             holdout=parse_duration(args.holdout), max_missing_fraction=args.max_missing, keep=args.keep,
-            **({"kinds": parse_kinds(args.models)} if args.models else {}),
         )
+        if args.models:
+            settings = replace(settings, kinds=parse_kinds(args.models))
     except DataError as exc:
         raise ConfigError(str(exc), field="history") from exc
     now = datetime.now(UTC)

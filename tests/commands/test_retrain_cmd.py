@@ -1,0 +1,205 @@
+"""`predictive-scaler retrain` against a real Prometheus holding several scalers' backfilled histories.
+
+The module's one Prometheus holds 21 days (2026-01-05 → 01-26, sampled every 60 s) of:
+
+- ``chat``: requests on 4 GPUs that each serve 40 req/s at 100 % (daily peaks saturate), plus a
+  fifth GPU of the same Deployment idling at 2 %;
+- ``gappy``: the same shape with a whole day missing (a scrape outage) — still trained;
+- ``short``: only the last 9 days — skipped with its reason;
+- ``drift``: clean for two weeks, then days 16-20 replaced by a smooth curve (a broken recording
+  rule), clean again for the last 2 days — the challenger of the second week is worse and is kept out;
+- ``broken``: a scaler whose query Prometheus refuses — skipped, the others unaffected.
+
+Two runs: week 1 at day 14, week 2 at day 21.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from support.prometheus import PrometheusServer, backfill, running_prometheus
+
+from predictive_scaler.cli import main
+from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.series import Series
+from predictive_scaler.sources.openmetrics import CounterFamily, GaugeFamily
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]  # ~30 s: promtool backfill + four runs
+
+START = pd.Timestamp("2026-01-05", tz="UTC")
+STEP = 300
+DAYS = 21
+PER_GPU = 40.0
+GPUS = 4
+PRICE = 3.0
+MODELS = "persistence,seasonal-naive"
+
+
+def shape(seed: int, *, noise: float = 0.08, days: int = DAYS) -> np.ndarray:
+    n = days * 86400 // STEP
+    t = np.arange(n)
+    rng = np.random.default_rng(seed)
+    return 100.0 * (1.0 + 0.6 * np.sin(2 * np.pi * t / 288)) * (1 + noise * rng.standard_normal(n))
+
+
+def series(values: np.ndarray) -> Series:
+    return Series(values=values, start=START, step_seconds=STEP)
+
+
+def histories() -> tuple[list[CounterFamily], list[GaugeFamily]]:
+    chat = shape(1)
+    gappy = shape(2)
+    gappy[9 * 288: 10 * 288] = np.nan
+    short = shape(3)
+    short[: 12 * 288] = np.nan
+    drift = shape(4)
+    drift[16 * 288: 20 * 288] = shape(4, noise=0.0)[16 * 288: 20 * 288]
+    counters = [
+        CounterFamily(name=f"{job}_requests_total", series=series(values), pods=(f"{job}-6d4b8c7f9-aaaaa",),
+                      labels={"namespace": "ml", "job": job}, reset_every=timedelta(days=5))
+        for job, values in (("chat", chat), ("gappy", gappy), ("short", short), ("drift", drift))
+    ]
+    util = series(np.clip(chat / (PER_GPU * GPUS) * 100, 0, 100))
+    pods = [f"chat-6d4b8c7f9-{c * 5}" for c in "bcde"]
+    per_gpu = [({"pod": pod, "gpu": "0", "UUID": f"GPU-{i}"}, util) for i, pod in enumerate(pods)]
+    per_gpu.append(({"pod": "chat-6d4b8c7f9-fffff", "gpu": "0", "UUID": "GPU-idle"},
+                    series(np.full(len(chat), 2.0))))
+    gauges = [GaugeFamily(name="DCGM_FI_DEV_GPU_UTIL", per_series=per_gpu, labels={"namespace": "ml"},
+                          help="GPU utilisation (%).")]
+    return counters, gauges
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    root = tmp_path_factory.mktemp("retrain-prometheus")
+    counters, gauges = histories()
+    backfill(root / "tsdb", root / "work", counters=counters, gauges=gauges, sample_step=60)
+    with running_prometheus(root / "tsdb", root / "work") as server:
+        yield server
+
+
+def scaler(name: str, query: str | None = None) -> dict[str, object]:
+    return {
+        "apiVersion": "autoscaling.predictive-scaler.io/v1alpha1", "kind": "PredictiveScaler",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "target": {"name": name},
+            "demand": {"kind": "requests",
+                       "query": query or f'sum(rate({name}_requests_total{{namespace="ml",job="{name}"}}[5m]))'},
+            "capacity": {"requestsPerReplica": 20, "gpuUtilizationTarget": 0.7},
+            "prewarm": {"budget": {"pricePerGpuHour": PRICE}},
+        },
+    }
+
+
+@dataclass
+class Runs:
+    week1: dict[str, dict[str, object]]
+    week2: dict[str, dict[str, object]]
+    week2_again: dict[str, dict[str, object]]
+    store: ModelStore
+    exit_codes: tuple[int, ...]
+    text: str
+
+
+@pytest.fixture(scope="module")
+def runs(prometheus: PrometheusServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    tmp = tmp_path_factory.mktemp("retrain-cmd")
+    config = tmp / "scalers.yaml"
+    config.write_text(yaml.safe_dump_all([
+        scaler("chat"), scaler("gappy"), scaler("short"), scaler("drift"),
+        scaler("broken", query="sum(rate(chat_requests_total{job=~\"(\"}[5m]))"),
+    ]))
+    store = tmp / "models"
+    with pytest.MonkeyPatch.context() as mp:
+        capture = _Capture()
+        mp.setattr("sys.stdout", capture)
+        codes = []
+        outs = []
+        for day, run_id in ((14, "w1"), (21, "w2"), (21, "w2")):
+            capture.reset()
+            codes.append(main(["retrain", "--config", str(config), "--prometheus", prometheus.url,
+                               "--store", str(store), "--now", (START + pd.Timedelta(days=day)).isoformat(),
+                               "--run-id", run_id, "--models", MODELS, "--json"]))
+            outs.append({s["key"].split("/")[1]: s for s in json.loads(capture.text())["scalers"]})
+        capture.reset()
+        main(["retrain", "--config", str(config), "--prometheus", prometheus.url, "--store", str(store),
+              "--now", (START + pd.Timedelta(days=21)).isoformat(), "--run-id", "w2", "--models", MODELS])
+        text = capture.text()
+    yield Runs(outs[0], outs[1], outs[2], ModelStore(store), tuple(codes), text)
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.parts.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.parts.clear()
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def test_the_scalers_with_enough_history_are_trained(runs: Runs) -> None:
+    assert runs.exit_codes == (0, 0, 0)  # skips are expected outcomes, not failures
+    for name in ("chat", "gappy", "drift"):
+        assert runs.week1[name]["result"] == "promoted", runs.week1[name]["reason"]
+        assert runs.store.serving(name, expected_series=name).manifest.metrics["retrain"]["run_id"] in ("w1", "w2")
+
+
+@pytest.mark.parametrize(("name", "week", "reason"), [
+    ("short", "week1", "insufficient history: 2.0 days < 14 days"),
+    ("short", "week2", "insufficient history: 9.0 days < 14 days"),
+    ("broken", "week2", "SourceError"),
+], ids=["two-days", "nine-days", "query-refused"])
+def test_short_or_broken_history_is_skipped_with_its_reason(runs: Runs, name: str, week: str, reason: str) -> None:
+    out = getattr(runs, week)[name]
+    assert out["result"] == "skipped"
+    assert reason in out["reason"]
+    assert runs.store.pointer(name) is None  # nothing published: its controller stays reactive
+
+
+def test_a_worse_challenger_is_not_promoted(runs: Runs) -> None:
+    out = runs.week2["drift"]
+    assert out["result"] == "kept", out["reason"]
+    assert "keep serving" in out["reason"]
+    assert out["serving_version"] == runs.week1["drift"]["version"]
+    assert runs.store.pointer("drift").version == runs.week1["drift"]["version"]  # type: ignore[union-attr]
+
+
+def test_a_rerun_of_the_same_week_changes_nothing(runs: Runs) -> None:
+    for name in ("chat", "gappy", "drift"):
+        assert runs.week2_again[name]["result"] == "already-done"
+        assert len(runs.store.list(name)) == 1 + (runs.week2[name]["result"] == "promoted")
+    assert runs.week2_again["short"]["result"] == "skipped"  # skipped ones are tried again
+
+
+def test_capacity_from_dcgm_is_recorded_in_the_manifest(runs: Runs) -> None:
+    cap = runs.store.serving("chat").manifest.capacity
+    assert cap is not None
+    truth = PER_GPU * 0.7
+    assert cap["requests_per_replica"] == pytest.approx(truth, rel=0.05)
+    assert cap["low"] <= cap["requests_per_replica"] <= cap["high"]
+    assert cap["steps_saturated"] > 0  # the daily peaks were left out
+
+
+def test_idle_allocated_gpus_and_their_cost_are_reported(runs: Runs) -> None:
+    idle = runs.week2["chat"]["idle_gpus"]
+    assert idle["mean"] == pytest.approx(1.0)  # type: ignore[index]
+    assert idle["cost_per_day"] == pytest.approx(24 * PRICE)  # type: ignore[index]
+    assert runs.week2["gappy"]["idle_gpus"] is None  # no DCGM data is not "no waste"
+    assert "idle allocated GPUs" in runs.text and "72.00/day" in runs.text
