@@ -40,7 +40,7 @@ bench-backtest: $(STAMP)
 	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --out backtests/results/summary.md
 
 bench-controller: $(STAMP) tools
-	$(BIN)/python -m predictive_scaler.bench.controller --traces $(TRACES) --out backtests/results/controller.md
+	$(BIN)/python -m predictive_scaler.bench.controller --out backtests/results/controller.md
 
 bench-retrain: $(STAMP) tools
 	$(BIN)/python -m predictive_scaler.bench.retrain --out backtests/results/retrain.md
