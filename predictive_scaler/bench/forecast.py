@@ -172,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "",
         "Method: rolling origin. The first 14 days (7 days for traces of 14 days) are the initial "
-        "training period; then week by week each model is fitted on up to 28 days ending 3 days "
-        "before the week, conformally calibrated on those 3 days (out of sample), and scored on "
+        "training period; then week by week each model is fitted on up to 28 days ending 7 days "
+        "(3.5 for the 14-day traces) before the week, conformally calibrated per horizon step on "
+        "those days (out of sample), and scored on "
         "the week — data neither fit nor calibration saw. Every forecast at t reads observations up "
         "to t only. Series are modelled on a 5-minute grid (coarser traces at their own step); values "
         "are read as rates. Metrics at the 30-minute horizon: MAE and WAPE of the median (P50), "

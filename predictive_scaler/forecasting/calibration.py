@@ -206,7 +206,7 @@ def calibrate(
     quantiles: Sequence[float] = CALIBRATED_QUANTILES,
     horizon_steps: int | None = None,
     stride: int = 1,
-    adaptive: bool = True,
+    adaptive: bool = False,
 ) -> CalibratedModel:
     """Calibrate ``base`` on the forecasts it makes from ``first_origin`` to the end of ``series``.
 

@@ -75,12 +75,14 @@ class EvaluationSettings:
     min_history: timedelta = DEFAULT_MIN_HISTORY
     #: Refit and recalibrate this often (the retraining job runs weekly).
     refit_every: timedelta = timedelta(days=7)
-    #: Out-of-sample data the calibration learns on, just before each scored week.
-    calibration_window: timedelta = timedelta(days=3)
+    #: Out-of-sample data the calibration learns on, just before each scored week;
+    #: None means a week (a full weekly cycle of residuals), at most half of ``min_history``.
+    calibration_window: timedelta | None = None
     #: Longest history one fit sees (older data is dropped, as a retraining job would).
     train_window: timedelta = timedelta(days=28)
-    #: Calibrate in units of recent volatility (wider in bursts, narrower when calm).
-    adaptive_calibration: bool = True
+    #: Calibrate in units of recent volatility (wider in bursts, narrower when calm). Off by
+    #: default: on the shared traces it widened intervals after every burst and lost pinball.
+    adaptive_calibration: bool = False
     #: Models without a batch path are scored on at most this many origins (evenly thinned).
     max_slow_origins: int = 1500
 
@@ -95,6 +97,9 @@ class EvaluationSettings:
                     f"horizon {format_duration(h)} is outside 5m–60m; choose horizons in that range",
                     field="horizons",
                 )
+        if self.calibration_window is None:
+            object.__setattr__(self, "calibration_window", min(timedelta(days=7), self.min_history / 2))
+        assert self.calibration_window is not None
         if self.calibration_window >= self.min_history:
             raise ConfigError(
                 f"calibration window {format_duration(self.calibration_window)} must be shorter than the "
@@ -103,6 +108,12 @@ class EvaluationSettings:
             )
         if self.refit_every <= timedelta(0) or self.train_window <= timedelta(0):
             raise ConfigError("refit interval and training window must be positive", field="refit_every")
+
+    @property
+    def calibration_days(self) -> timedelta:
+        """The calibration window in effect (resolved at construction)."""
+        assert self.calibration_window is not None
+        return self.calibration_window
 
     @property
     def quantiles(self) -> tuple[float, ...]:
@@ -122,7 +133,7 @@ class Block:
 def plan_blocks(series: Series, settings: EvaluationSettings) -> list[Block]:
     step = series.step_seconds
     first = int(settings.min_history.total_seconds() // step)
-    cal = int(settings.calibration_window.total_seconds() // step)
+    cal = int(settings.calibration_days.total_seconds() // step)
     every = max(1, int(settings.refit_every.total_seconds() // step))
     train = int(settings.train_window.total_seconds() // step)
     if len(series) <= first:

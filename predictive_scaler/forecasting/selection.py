@@ -93,7 +93,7 @@ def train_model(
         failures = "; ".join(m.error or f"{k}: no score" for k, m in report.models.items())
         raise ModelError(f"{series.name}: no model could be evaluated ({failures})")
     kind = report.selected
-    cal = int(cfg.calibration_window.total_seconds() // grid.step_seconds)
+    cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     train = int(cfg.train_window.total_seconds() // grid.step_seconds)
     fit_end = len(grid) - cal
     t0 = time.perf_counter()
@@ -111,7 +111,7 @@ def train_model(
         adaptive=cfg.adaptive_calibration,
     )
     metrics = report.to_dict()
-    metrics["calibration_window"] = format_duration(cfg.calibration_window)
+    metrics["calibration_window"] = format_duration(cfg.calibration_days)
     metrics["step_seconds"] = grid.step_seconds
     return TrainingResult(model=model, kind=kind, metrics=metrics, fit_seconds=fit_seconds)
 

@@ -42,7 +42,7 @@ def test_blocks_fit_before_calibration_before_scoring(series):
     assert blocks[0].start == 14 * 288
     for b in blocks:
         assert b.fit_start < b.fit_end < b.start < b.end <= len(series)
-        assert (b.start - b.fit_end) * 300 == 3 * 86400  # the calibration window
+        assert (b.start - b.fit_end) * 300 == 7 * 86400  # the calibration window: a week
 
 
 def test_too_short_for_evaluation_says_how_much(series):
