@@ -191,7 +191,8 @@ def test_a_larger_forecast_never_lowers_the_decision(drawn: Any, bump: float, ad
     c = Case(drawn)
     spec, state, forecast, demand, cluster = c.spec, c.state, c.forecast, c.demand, c.cluster
     if forecast is not None:
-        larger = dataclasses.replace(forecast, values=forecast.values * (1 + bump) + add)
+        with np.errstate(over="ignore"):  # 1e300 × 6 overflows; Forecast caps it
+            larger = dataclasses.replace(forecast, values=forecast.values * (1 + bump) + add)
     else:
         larger = None
     d1, _ = plan(spec, forecast, demand, cluster, state, NOW)
@@ -226,6 +227,7 @@ def test_deciding_twice_and_restoring_state_change_nothing(drawn: Any) -> None:
     assert a == b and sa == sb
 
 
+@pytest.mark.slow
 @MANY
 @given(
     max_gpus=st.one_of(st.none(), st.integers(-10, 10**6), weird, st.text(max_size=3)),
