@@ -150,3 +150,22 @@ def test_scenario_spec_section_is_validated_when_loaded(tmp_path) -> None:  # no
     with pytest.raises(ConfigError) as err:
         load_scenario(path)
     assert "minReplicas" in (err.value.field or "")
+
+
+@pytest.mark.parametrize("kind", ["holt-winters", "seasonal-naive", "persistence"])
+def test_served_forecasts_are_what_forecast_returns_and_ignore_the_future(kind: str) -> None:
+    from predictive_scaler.backtest.adapters import ServedModel
+    from predictive_scaler.forecasting import registry
+
+    trace = daily_trace(9)
+    model = registry.forecaster(kind).fit(trace.slice(0, 7 * 288))
+    first, last = 7 * 288, 7 * 288 + 40
+    poisoned = Series(np.concatenate([trace.values[:2037], trace.values[2037:] * 10]), trace.start, 300)
+    for series in (trace, poisoned):
+        served = ServedModel(model, "v1", horizon_steps=6, quantiles=(0.5, 0.95), recent_steps=288)
+        served.precompute(series, first, last)
+        for origin in (first, 2030, 2036):
+            recent = trace.slice(origin + 1 - 288, origin + 1)   # what the reconciler hands over
+            got = served.forecast(recent, recent.last_time.to_pydatetime()).values
+            direct = model.forecast(recent, 6, (0.5, 0.95)).values
+            np.testing.assert_allclose(got, direct, rtol=1e-6)
