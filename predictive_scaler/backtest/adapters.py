@@ -367,4 +367,4 @@ def forecast_accuracy(setup: Setup, record: ForecastRecord | None) -> tuple[dict
         ok = (issued_idx >= 0) & (issued_idx < len(grid))
         last[ok] = grid.values[issued_idx[ok]]
         persistence[label] = horizon_accuracy(last, last, actual, quantile=q, naive_mae=scale)
-    return ours, {"persistence (last value)": persistence}
+    return ours, {"persistence (last value as P50 and P95)": persistence}

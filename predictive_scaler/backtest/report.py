@@ -229,7 +229,9 @@ def markdown(result: Result, images: dict[str, Path] | None = None) -> str:
         "",
         "Physical bound: whole nodes exactly fitting each tick's demand with zero lead time. "
         "Served = share of demand served by ready capacity. Wasted prewarm = speculative GPU-hours "
-        "(placeholders, or replicas above what reactive holds) not needed within one node lead time, in currency.",
+        "(placeholders, or replicas above what reactive holds) not needed within one node lead time, in currency. "
+        "Fallback min: minutes the predictive policy ran its reactive fallback (for holt-winters: minutes the "
+        "reactive recommendation, not the forecast, decided).",
         "",
         "## Against the aims",
         "",
