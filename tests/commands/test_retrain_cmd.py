@@ -6,8 +6,9 @@ The module's one Prometheus holds 21 days (2026-01-05 → 01-26, sampled every 6
   fifth GPU of the same Deployment idling at 2 %;
 - ``gappy``: the same shape with a whole day missing (a scrape outage) — still trained;
 - ``short``: only the last 9 days — skipped with its reason;
-- ``drift``: clean for two weeks, then days 16-20 replaced by a smooth curve (a broken recording
-  rule), clean again for the last 2 days — the challenger of the second week is worse and is kept out;
+- ``drift``: clean for two weeks, then days 14-19 replaced by a smooth curve (a broken recording
+  rule), clean again for the last 2 days (the holdout) — the second week's challenger calibrates
+  on the false calm, is worse on the holdout and is kept out;
 - ``broken``: a scaler whose query Prometheus refuses — skipped, the others unaffected.
 
 Two runs: week 1 at day 14, week 2 at day 21.
@@ -60,7 +61,7 @@ def histories() -> tuple[list[CounterFamily], list[GaugeFamily]]:
     short = shape(3)
     short[: 12 * 288] = np.nan
     drift = shape(4)
-    drift[16 * 288: 20 * 288] = shape(4, noise=0.0)[16 * 288: 20 * 288]
+    drift[14 * 288: 19 * 288] = shape(4, noise=0.0)[14 * 288: 19 * 288]
     counters = [
         CounterFamily(name=f"{job}_requests_total", series=series(values), pods=(f"{job}-6d4b8c7f9-aaaaa",),
                       labels={"namespace": "ml", "job": job}, reset_every=timedelta(days=5))
