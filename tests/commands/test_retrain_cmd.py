@@ -204,3 +204,25 @@ def test_idle_allocated_gpus_and_their_cost_are_reported(runs: Runs) -> None:
     assert idle["cost_per_day"] == pytest.approx(24 * PRICE)  # type: ignore[index]
     assert runs.week2["gappy"]["idle_gpus"] is None  # no DCGM data is not "no waste"
     assert "idle allocated GPUs" in runs.text and "72.00/day" in runs.text
+
+
+@pytest.mark.parametrize(("name", "days", "expect_days"), [
+    ("chat", 21, 21.0),
+    ("short", 21, 9.0),  # the metric began 9 days ago: leading no-data is trimmed, not zero
+], ids=["full", "trimmed-start"])
+def test_history_for_scaler_is_the_jobs_pull(prometheus: PrometheusServer, name: str, days: int,
+                                             expect_days: float) -> None:
+    from predictive_scaler.retrain import history_for_scaler
+    from predictive_scaler.sources.prometheus import PrometheusSource
+    from predictive_scaler.spec import ScalerSpec
+
+    spec = ScalerSpec.from_dict(scaler(name)["spec"])  # type: ignore[arg-type]
+    end = (START + pd.Timedelta(days=DAYS)).to_pydatetime()
+    got = history_for_scaler(PrometheusSource(prometheus.url), spec, end, days, namespace="ml", min_history=None)
+    observed = got.slice(int(np.flatnonzero(np.isfinite(got.values))[0]), len(got))
+    assert observed.span.total_seconds() / 86400 == pytest.approx(expect_days, abs=0.01)
+    assert got.step_seconds == STEP and got.end == pd.Timestamp(end)
+    if name == "chat":  # the backfilled rates come back, except the step of each counter reset
+        close = np.isclose(got.values[1:], shape(1)[1:], rtol=1e-6)
+        assert close.mean() > 0.995
+        assert np.flatnonzero(~close).size <= DAYS // 5 + 1
