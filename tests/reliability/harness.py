@@ -92,6 +92,8 @@ class World:
     #: Controller-clock offset from the world's clock (clock-skew scenarios).
     skew: timedelta = timedelta(0)
     checked_requests: int = 0
+    #: A MetricsPort to use instead of Prometheus (state-machine and process tests).
+    metrics: Any = None
 
     def __post_init__(self) -> None:
         self.clock = FakeClock(self.start)
@@ -109,7 +111,9 @@ class World:
         settings = ControllerSettings(prometheus_url=self.prometheus_url, model_store=self.store.root,
                                       interval_seconds=INTERVAL)
         telemetry = Telemetry()
-        service = ControllerService(settings, kube, source, self.store, self.clock, telemetry=telemetry)
+        factory = None if self.metrics is None else (lambda spec, ref: self.metrics)
+        service = ControllerService(settings, kube, source, self.store, self.clock, telemetry=telemetry,
+                                    metrics_factory=factory)
         original = service.reconcile
 
         def capturing(**kwargs: Any) -> Outcome:
