@@ -93,6 +93,9 @@ def configure(settings: kopf.OperatorSettings, service: ControllerService) -> No
     settings.posting.level = logging.WARNING  # kopf's "Timer succeeded" every minute is not an Event
     settings.execution.max_workers = 8  # sync handlers run in threads; the budget ledger is locked
     settings.peering.standalone = True
+    # No watch of CustomResourceDefinitions (kopf's resource scanning): the one resource we serve
+    # is known, and the RBAC grants nothing on CRDs — kopf would get a 403 and warn at every start.
+    settings.scanning.disabled = True
     # Keep kopf's handler progress in status.kopf (the CRD preserves it) rather than annotations.
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     settings.watching.server_timeout = 300
