@@ -57,7 +57,7 @@ def test_forecast_equals_walk_forward_at_the_same_origin(kind, fitted, series):
     origin = 12 * DAY + 40
     batch = walk_forward(model, series.slice(0, origin + 1), np.array([origin]), 6, (0.5, 0.95))[0]
     single = model.forecast(series.slice(0, origin + 1), 6, (0.5, 0.95)).values
-    np.testing.assert_allclose(single, batch, rtol=0.02)
+    np.testing.assert_allclose(single, batch, rtol=1e-3)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=KINDS)
