@@ -124,11 +124,33 @@ def verdict(result: Result) -> list[str]:
     vb = result.ratios()["predictive"]["gpu_hours_vs_bound"]
     lines.append(f"GPU-hours: {_fmt('vs_bound', vb)} the physical bound (aim ≤ 1.3×) — "
                  f"{'met' if vb is not None and vb <= 1.3 else 'NOT met'}")
+    lines += _why(result)
     budget = budget_cost(result)
     if budget is not None:
         lines.append(f"wasted prewarm cost: {m.wasted_prewarm_cost:,.1f} vs budget {budget:,.1f} over the run — "
                      f"{'within' if m.wasted_prewarm_cost <= budget else 'OVER'} budget")
     return lines
+
+
+def _why(result: Result) -> list[str]:
+    """Where the shortfalls come from: fallback vs predictive minutes, and what even the oracle pays."""
+    out = []
+    run = result.runs.get("predictive")
+    demand = result.setup.demand
+    if run is not None and run.fallback is not None:
+        known = demand.known
+        unmet = known & (np.where(known, demand.values, 0.0) > run.ready * demand.capacity_per_replica + 1e-9)
+        per_min = demand.tick_s / 60.0
+        in_fallback = float(np.count_nonzero(unmet & run.fallback) * per_min)
+        total = float(np.count_nonzero(unmet) * per_min)
+        share = float(np.count_nonzero(run.fallback & known) / max(1, np.count_nonzero(known)))
+        out.append(f"why: {in_fallback:,.0f} of the {total:,.0f} unmet minutes fell in reactive fallback "
+                   f"({100 * share:.0f} % of the time was fallback: drift or missing data)")
+    oracle = result.ratios().get("oracle", {}).get("gpu_hours_vs_bound")
+    if oracle is not None:
+        out.append(f"why: even the oracle needs {oracle:.2f}× the bound (whole nodes held through one "
+                   "lead time of per-minute peaks, and consolidation delay)")
+    return out
 
 
 def budget_cost(result: Result) -> float | None:
