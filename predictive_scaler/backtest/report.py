@@ -143,7 +143,7 @@ def _why(result: Result) -> list[str]:
         per_min = demand.tick_s / 60.0
         in_fallback = float(np.count_nonzero(unmet & run.fallback) * per_min)
         total = float(np.count_nonzero(unmet) * per_min)
-        share = float(np.count_nonzero(run.fallback & known) / max(1, np.count_nonzero(known)))
+        share = int(np.count_nonzero(run.fallback & known)) / max(1, int(np.count_nonzero(known)))
         out.append(f"why: {in_fallback:,.0f} of the {total:,.0f} unmet minutes fell in reactive fallback "
                    f"({100 * share:.0f} % of the time was fallback: drift or missing data)")
     oracle = result.ratios().get("oracle", {}).get("gpu_hours_vs_bound")
