@@ -5,6 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TRACES := ../shared/traces
 
+# One BLAS thread per process: numpy's default of one per core made model
+# selection 5-10x slower on this 2-core machine (measured in the retrain bench).
+export OPENBLAS_NUM_THREADS := 1
+export OMP_NUM_THREADS := 1
+export MKL_NUM_THREADS := 1
+
 .PHONY: crd demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
 
 $(STAMP): pyproject.toml
