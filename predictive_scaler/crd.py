@@ -95,6 +95,32 @@ def _forecast_schema() -> dict[str, Any]:
     }
 
 
+def _retrain_schema() -> dict[str, Any]:
+    """``status.retrain``: the weekly job's last outcome for this scaler (predictive_scaler.retrain)."""
+    number = {"type": "number"}
+    return {
+        "type": "object",
+        "description": "The last retraining run for this scaler, written by the retraining job.",
+        "properties": {
+            "runId": {"type": "string"},
+            "time": {"type": "string", "format": "date-time"},
+            "result": {"type": "string", "enum": ["promoted", "kept", "skipped", "failed", "already-done"]},
+            "reason": {"type": "string"},
+            "servingVersion": {"type": "string"},
+            "capacity": {
+                "type": "object",
+                "description": "Requests/s one replica serves at the utilisation target, learned from DCGM (90 % interval).",
+                "properties": {"requestsPerReplica": number, "low": number, "high": number},
+            },
+            "idleGpus": {
+                "type": "object",
+                "description": "Allocated GPUs under 5 % utilisation for 10 minutes or more, and their cost.",
+                "properties": {"mean": number, "costPerDay": number, "currency": {"type": "string"}},
+            },
+        },
+    }
+
+
 def status_json_schema() -> dict[str, Any]:
     """OpenAPI v3 (structural) schema of ``status``, written by the controller.
 
@@ -133,6 +159,13 @@ def status_json_schema() -> dict[str, Any]:
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
+            "reasons": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": 20,
+                "description": "Why the last decision was made, in words (also in condition messages and Events).",
+            },
+            "retrain": _retrain_schema(),
             "kopf": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": True,
