@@ -30,7 +30,7 @@ DEFAULT_MIN_HISTORY = timedelta(days=14)
 _EPOCH_MS_THRESHOLD = 1e11
 
 
-class ValueKind(str, enum.Enum):
+class ValueKind(enum.StrEnum):
     """What a value means, which decides how it is resampled."""
 
     #: A rate (requests/s, requests/min, GPU %): averaged when steps are merged.
