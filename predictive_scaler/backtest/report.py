@@ -146,8 +146,16 @@ def _why(result: Result) -> list[str]:
         share = int(np.count_nonzero(run.fallback & known)) / max(1, int(np.count_nonzero(known)))
         out.append(f"why: {in_fallback:,.0f} of the {total:,.0f} unmet minutes fell in reactive fallback "
                    f"({100 * share:.0f} % of the time was fallback: drift or missing data)")
+    known = demand.known
+    total_demand = float(np.where(known, demand.values, 0.0).sum())
+    ceiling = result.setup.max_replicas * demand.capacity_per_replica
+    above = float(np.where(known, np.maximum(0.0, demand.values - ceiling), 0.0).sum())
+    if total_demand > 0 and above > 0:
+        out.append(f"why: {100 * above / total_demand:.1f} % of all demand lies above what maxReplicas "
+                   f"({result.setup.max_replicas}) can serve — no policy that respects the clamp serves it")
     oracle = result.ratios().get("oracle", {}).get("gpu_hours_vs_bound")
-    if oracle is not None:
+    ours = result.ratios().get("predictive", {}).get("gpu_hours_vs_bound")
+    if oracle is not None and ours is not None and ours > 1.3:
         out.append(f"why: even the oracle needs {oracle:.2f}× the bound (whole nodes held through one "
                    "lead time of per-minute peaks, and consolidation delay)")
     return out
