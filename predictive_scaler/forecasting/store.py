@@ -298,7 +298,8 @@ def load_artifact(directory: str | Path, *, expected_series: str | None = None) 
     try:
         model = registry.model_from_params(manifest.kind, doc["params"])
     except ModelError as exc:
-        raise ModelError(f"{d / MODEL_FILE}: {exc}; {_RETRAIN}") from exc
+        # The model's own message may already end in generic advice; give the store's, once.
+        raise ModelError(f"{d / MODEL_FILE}: {_without_advice(str(exc))}; {_RETRAIN}") from exc
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ModelError(f"{d / MODEL_FILE}: invalid {manifest.kind} parameters ({exc!r}); {_RETRAIN}") from exc
     return LoadedModel(model=model, manifest=manifest, path=d)
@@ -427,10 +428,15 @@ class ModelStore:
                                      directory=tmp, clock=self.clock, capacity=capacity)
             version = f"{_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
             final = versions / version
-            if final.exists():
-                # Same second, same bytes: this exact model is already published.
+            if final.exists() and _intact(final, manifest.sha256):
+                # Same second, same bytes, and the copy on disk verifies: already published.
                 shutil.rmtree(tmp)
             else:
+                if final.exists():
+                    # A damaged copy holds this id. Versions are immutable (a reader may hold the
+                    # old one), so the good bytes get a fresh id that sorts right after it.
+                    version = f"{version}-{uuid.uuid4().hex[:8]}"
+                    final = versions / version
                 os.replace(tmp, final)
                 _fsync_dir(versions)
         except BaseException:
@@ -549,6 +555,21 @@ class ModelStore:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+_TRAILING_RETRAIN = re.compile(r"[;,]?\s*retrain(?: the model)?\.?\s*$", re.IGNORECASE)
+
+
+def _without_advice(message: str) -> str:
+    """``message`` without a trailing "; retrain (the model)" (the caller adds the exact command)."""
+    return _TRAILING_RETRAIN.sub("", message)
+
+
+def _intact(directory: Path, sha256: str) -> bool:
+    """Whether the version in ``directory`` loads and holds the model whose hash is ``sha256``."""
+    try:
+        return load_artifact(directory).manifest.sha256 == sha256
+    except (ModelError, ConfigError):
+        return False
 
 def _check_name(name: str, *, what: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:

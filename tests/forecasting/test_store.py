@@ -328,3 +328,53 @@ def test_no_serving_version_says_how_to_get_one(model_store: ModelStore) -> None
     with pytest.raises(ModelError, match="no serving version.*predictive-scaler train"):
         model_store.serving("web")
     assert model_store.list("web") == [] and model_store.names() == []
+
+
+def _truncate_model(d: Path) -> None:
+    body = (d / "model.json").read_bytes()
+    (d / "model.json").write_bytes(body[: len(body) // 2])
+
+
+def _tamper_model(d: Path) -> None:
+    doc = json.loads((d / "model.json").read_text())
+    doc["params"]["factor"] = 0.9
+    (d / "model.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_truncate_model, _tamper_model, lambda d: (d / "manifest.json").unlink(), lambda d: (d / "model.json").unlink()],
+    ids=["truncated-model", "tampered-model", "manifest-missing", "model-missing"],
+)
+def test_same_second_republish_over_a_damaged_version_writes_a_fresh_one(
+    model_store: ModelStore, damage: Callable[[Path], None]
+) -> None:
+    # The clock never moves: both publishes fall in the same second with the same bytes.
+    first = model_store.publish("web", TinyModel(300, 0.1), series="web", window=WINDOW)
+    damage(model_store.version_dir("web", first))
+    again = model_store.publish("web", TinyModel(300, 0.1), series="web", window=WINDOW)
+    assert again != first and again > first  # a fresh id, still sorted after the damaged one
+    assert model_store.pointer("web").version == again  # type: ignore[union-attr]
+    assert model_store.serving("web", expected_series="web").model == TinyModel(300, 0.1)
+
+
+def test_same_second_republish_of_an_intact_version_reuses_it(model_store: ModelStore) -> None:
+    first = model_store.publish("web", TinyModel(300, 0.1), series="web", window=WINDOW)
+    assert model_store.publish("web", TinyModel(300, 0.1), series="web", window=WINDOW) == first
+    assert [i.version for i in model_store.list("web")] == [first]
+
+
+def test_malformed_parameters_give_the_advice_once(tmp_path: Path) -> None:
+    save_artifact(TinyModel(300, 0.1), series="web", window=WINDOW, directory=tmp_path / "a")
+    model_file = tmp_path / "a" / "model.json"
+
+    def failing(params: Mapping[str, Any]) -> TinyModel:
+        raise ModelError("tiny parameters are incomplete or malformed (KeyError('x')); retrain")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TinyModel, "from_params", staticmethod(failing))
+        with pytest.raises(ModelError) as info:
+            load_artifact(tmp_path / "a")
+    message = str(info.value)
+    assert str(model_file) in message and "malformed" in message
+    assert message.lower().count("retrain") == 1 and message.endswith("retrain with `predictive-scaler train`")
