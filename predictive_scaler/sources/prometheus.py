@@ -44,6 +44,9 @@ from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
 
 log = logging.getLogger(__name__)
 
+#: When an instant query is empty, look this far back once: data there hints at clock skew.
+SKEW_PROBE = timedelta(minutes=15)
+
 #: Prometheus refuses range queries of more than this many points per series.
 MAX_POINTS_PER_SERIES = 11_000
 
@@ -262,7 +265,7 @@ class PrometheusSource:
         _check_partial(res, query, allow_partial=False)
         samples: tuple[Sample, ...] = res.samples
         if not samples:
-            return DemandSample.absent(f"query {query!r} returned no series at {now.isoformat()}")
+            return DemandSample.absent(self._no_series_reason(query, now))
         if len(samples) > 1 and combine != "sum":
             shown = "; ".join(_format_labels(s.labels) for s in samples[:4])
             raise DuplicateSeriesError(
@@ -270,8 +273,10 @@ class PrometheusSource:
                 "expected; aggregate them in the query with sum(…) or sum by (…), or ask for their sum")
         values = [s.value for s in samples]
         if not all(math.isfinite(v) for v in values):
-            return DemandSample.absent(f"query {query!r} returned a non-finite value {values} at "
-                                       f"{now.isoformat()}")
+            return DemandSample.absent(
+                f"query {query!r} returned a non-finite value {values} at {now.isoformat()}; a rate or "
+                "ratio over no samples is NaN — check that the scrape target is up and that the range "
+                "(e.g. [2m]) covers at least two scrapes")
         value = float(sum(values))
         observed_at = _utc(now)
         if freshness_query is not None:
@@ -288,6 +293,25 @@ class PrometheusSource:
                 f"query {query!r}: newest data is {age.total_seconds():.0f}s old (> {max_age.total_seconds():.0f}s); "
                 "the exporter or scrape may be stuck — check its targets page", observed_at=observed_at)
         return DemandSample(value=value, observed_at=observed_at)
+
+    def _no_series_reason(self, query: str, now: datetime) -> str:
+        """Why ``query`` is empty at ``now``; names possible clock skew when it had data a little earlier.
+
+        One extra query, and only when the demand is missing anyway: a clock running ahead of
+        Prometheus's asks for a time that has no samples yet, which reads like a dead series.
+        """
+        reason = f"query {query!r} returned no series at {now.isoformat()}"
+        earlier = now - SKEW_PROBE
+        try:
+            probe = self.query(query, earlier)
+        except SourceError:
+            probe = None
+        if probe is not None and any(math.isfinite(s.value) for s in probe.samples):
+            minutes = SKEW_PROBE.total_seconds() / 60
+            return (f"{reason}, but it has data at {earlier.isoformat()}: possible clock skew (this "
+                    "controller's clock ahead of Prometheus's — compare both hosts' NTP time), or the series "
+                    f"stopped within the last {minutes:g} minutes — check the scrape target")
+        return f"{reason}; check the query and that its scrape target is up"
 
     # -- HTTP -----------------------------------------------------------------------------------
     def _get(self, endpoint: str, params: dict[str, Any], query: str) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -367,12 +391,16 @@ def _parse_value(raw: Any, query: str) -> float:
     try:
         return float(raw)  # Prometheus writes "NaN", "+Inf", "-Inf" — float() reads them all
     except (TypeError, ValueError) as exc:
-        raise SourceError(f"Prometheus answered {query!r} with a non-numeric value {raw!r}") from exc
+        raise SourceError(f"Prometheus answered {query!r} with a non-numeric value {raw!r}, which no "
+                          "Prometheus writes; check that the URL points at Prometheus itself, not a proxy "
+                          "or another API") from exc
 
 
 def _sample_from_pair(labels: Mapping[str, str], pair: Any, query: str) -> Sample:
     if not isinstance(pair, list | tuple) or len(pair) != 2:
-        raise SourceError(f"Prometheus answered {query!r} with a malformed sample {pair!r}")
+        raise SourceError(f"Prometheus answered {query!r} with a malformed sample {pair!r} (expected "
+                          "[time, \"value\"]); check that the URL points at Prometheus itself, not a proxy "
+                          "or another API")
     ts = datetime.fromtimestamp(_parse_value(pair[0], query), UTC)
     return Sample(labels=labels, value=_parse_value(pair[1], query), timestamp=ts)
 

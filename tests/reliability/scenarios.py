@@ -169,8 +169,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "clock-ahead-10m", "Clock skew +10 minutes", "clock",
         "the controller's clock runs 10 min ahead of Prometheus: no sample within the lookback, "
-        "so missing data — hold, then reactive; predictive once the clocks agree",
-        "hold ×3 then reactive; predictive 0 periods after",
+        "so missing data — hold, then reactive; predictive once the clocks agree. The empty answer "
+        "costs one more query 15 min earlier, which has data, so the reason says possible clock skew",
+        "hold ×3 then reactive; predictive 0 periods after; MetricsUnavailable names possible clock "
+        "skew in every faulted period",
         during=HOLD_THEN_REACTIVE, signals=METRICS_SIGNALS),
     Scenario(
         "clock-behind-10m", "Clock skew −10 minutes", "clock",

@@ -411,6 +411,14 @@ def _check_throttle(world: World, s: Scenario) -> None:
     assert sum(1 for d in world.kube_sleeps if d >= 1.0) >= s.fault[1] - s.fault[0]
 
 
+def _check_clock_ahead(world: World, s: Scenario) -> None:
+    # The controller's clock asks for a time Prometheus has no samples for yet: named, not just "no series".
+    for p in world.periods[s.fault[0]: s.fault[1]]:
+        cond = p.condition("MetricsUnavailable")
+        assert cond is not None and "possible clock skew" in cond["message"], cond
+    assert not any("clock skew" in r for p in world.periods[s.fault[1]:] for r in p.status.get("reasons", ()))
+
+
 def _check_tampered(world: World, s: Scenario) -> None:
     cond = world.periods[s.fault[0]].condition("ModelInvalid")
     assert cond is not None and "sha256" in cond["message"], cond
@@ -461,6 +469,7 @@ CHECKS: dict[str, Callable[[World, Scenario], None]] = {
     "api-5xx-2m": _check_api_outage,
     "api-409-every-2nd": _check_conflicts,
     "api-429": _check_throttle,
+    "clock-ahead-10m": _check_clock_ahead,
     "tampered-model": _check_tampered,
     "bad-new-version": _check_kept_previous,
     "forecast-100x": _check_hundredfold,

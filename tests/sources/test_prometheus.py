@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import math
 import socket
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
 from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
 
 from predictive_scaler.errors import InsufficientHistoryError, SourceError
@@ -282,3 +284,43 @@ def test_demand_samples_are_the_planners_type() -> None:
 
     missing = DemandSample.absent("no series")
     assert isinstance(missing, PlannerDemandSample) and missing.missing and missing.observed_at is None
+
+
+EMPTY_BODY = {"status": "success", "data": {"resultType": "vector", "result": []}}
+NAN_BODY = {"status": "success", "data": {"resultType": "vector",
+                                          "result": [{"metric": {}, "value": [1704067200, "NaN"]}]}}
+
+
+@pytest.mark.parametrize(
+    ("earlier", "says_skew"),
+    [(OK_BODY, True), (EMPTY_BODY, False), (NAN_BODY, False), (None, False)],
+    ids=["data-15m-earlier", "empty-earlier-too", "nan-earlier", "probe-fails"],
+)
+def test_an_empty_answer_names_possible_clock_skew_only_when_earlier_data_exists(
+    httpserver: HTTPServer, earlier: dict[str, object] | None, says_skew: bool
+) -> None:
+    at = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    probe_at = at - timedelta(minutes=15)
+    def answer(request: Request) -> Response:
+        if float(request.args["time"]) == at.timestamp():
+            return Response(json.dumps(EMPTY_BODY), content_type="application/json")
+        if earlier is None:
+            return Response('{"status": "error", "errorType": "bad_data", "error": "nope"}', status=400,
+                            content_type="application/json")
+        return Response(json.dumps(earlier), content_type="application/json")
+
+    httpserver.expect_request("/api/v1/query").respond_with_handler(answer)
+    src = PrometheusSource(httpserver.url_for("/"), retries=0, sleep=Sleeps())
+    sample = src.scalar_now("x", at, timedelta(minutes=2))
+    reason = sample.missing_reason or ""
+    assert math.isnan(sample.value) and "returned no series" in reason
+    assert ("possible clock skew" in reason) is says_skew, reason
+    assert "check" in reason  # says what to do either way
+    assert [float(r.args["time"]) for r, _ in httpserver.log] == [at.timestamp(), probe_at.timestamp()]
+
+
+def test_a_present_value_costs_no_probe(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/api/v1/query").respond_with_json(OK_BODY)
+    src = PrometheusSource(httpserver.url_for("/"), retries=0, sleep=Sleeps())
+    assert src.scalar_now("x", datetime(2024, 1, 1, tzinfo=UTC), timedelta(minutes=2)).value == 42.0
+    assert len(httpserver.log) == 1
