@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
+from werkzeug import Request, Response
 
 from predictive_scaler.errors import InsufficientHistoryError, SourceError
 from predictive_scaler.sources import dcgm
