@@ -44,7 +44,7 @@ CONTROLLER_NAMESPACE = "predictive-scaler-system"
 #: Condition types the controller may report (issue 5); the schema documents them.
 CONDITION_TYPES: tuple[str, ...] = (
     "Ready", "Predictive", "Drift", "BudgetLimited", "ScalingLimited",
-    "ConflictingAutoscaler", "ModelInvalid", "MetricsUnavailable", "Paused",
+    "ConflictingAutoscaler", "ModelInvalid", "MetricsUnavailable", "Paused", "ApiDegraded",
 )
 STRATEGIES: tuple[str, ...] = ("predictive", "reactive", "hold")
 

@@ -63,6 +63,9 @@ CATALOG: tuple[MetricDef, ...] = (
     MetricDef("predictive_scaler_reconcile_duration_seconds", "histogram", "Duration of one reconcile step."),
     MetricDef("predictive_scaler_reconcile_errors_total", "counter",
               "Reconcile errors by kind (metrics, model, cluster, config, internal).", SCALER_LABELS + ("kind",)),
+    MetricDef("predictive_scaler_api_retries_total", "counter",
+              "Kubernetes API calls retried after an error answer, by kind (conflict, throttled, server-error, "
+              "unreachable), whether the retry then succeeded or not.", SCALER_LABELS + ("kind",)),
 )
 
 NAMES: frozenset[str] = frozenset(m.name for m in CATALOG)

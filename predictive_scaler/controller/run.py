@@ -53,6 +53,7 @@ def run_controller(settings: ControllerSettings) -> int:
     """Run until stopped (SIGTERM/SIGINT). Returns the exit code."""
     import kopf
 
+    from predictive_scaler.controller.api_activity import ApiActivity
     from predictive_scaler.controller.handlers import build_registry
     from predictive_scaler.controller.service import ControllerService
     from predictive_scaler.controller.telemetry import Telemetry, TelemetryServer
@@ -64,10 +65,14 @@ def run_controller(settings: ControllerSettings) -> int:
         # kopf's own login reads $KUBECONFIG; our adapter gets the same file explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
     clock = SystemClock()
-    kube = KubeCluster(api_client_from_environment(settings.kubeconfig), clock=clock, dry_run=settings.dry_run)
+    # The API client and the retry sleep are observed, so retries absorbed inside a call reach ApiDegraded.
+    activity = ApiActivity()
+    kube = KubeCluster(activity.wrap(api_client_from_environment(settings.kubeconfig)), clock=clock,
+                       sleep=activity.sleep(time.sleep), dry_run=settings.dry_run)
     source = PrometheusSource(settings.prometheus_url, timeout=settings.prometheus_timeout_seconds, clock=clock)
     telemetry = Telemetry()
-    service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry)
+    service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry,
+                                api_activity=activity)
     registry, _ = build_registry(service)
     assert settings.health_stale_after_seconds is not None
     server = TelemetryServer(telemetry, settings.metrics_host, settings.metrics_port, settings.health_port,

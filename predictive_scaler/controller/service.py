@@ -17,6 +17,11 @@
 
 API faults raise :class:`ClusterError` (the kopf handler turns a retryable one into
 ``kopf.TemporaryError``); they never reach the planner, so they never change the strategy.
+They are reported all the same: the condition ``ApiDegraded`` (True while calls
+needed retries or reconciles failed since the last status write — attempted in the
+failing reconcile too, since only ``/scale`` may be failing, and written at the
+latest by the first reconcile whose status write succeeds), a deduplicated Warning
+Event ``ClusterApiErrors``, and ``predictive_scaler_api_retries_total{kind}``.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from predictive_scaler.clock import Clock
+from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, error_kind
 from predictive_scaler.controller.budget import ClusterBudget, capped_spec
 from predictive_scaler.controller.ports import (
     KubeClusterPort,
@@ -38,7 +45,14 @@ from predictive_scaler.controller.ports import (
     StoreModelPort,
 )
 from predictive_scaler.controller.settings import ControllerSettings
-from predictive_scaler.controller.status import Extra, reconciled_status, refused_status
+from predictive_scaler.controller.status import (
+    API_EVENT,
+    ApiReport,
+    Extra,
+    api_conditions_patch,
+    reconciled_status,
+    refused_status,
+)
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.errors import ClusterError, ConfigError
@@ -65,6 +79,22 @@ class ScalerRuntime:
     state: PlannerState | None = None
     events: dict[str, tuple[str, float]] = field(default_factory=dict)
     ref: ScalerRef | None = None
+    #: Kubernetes API trouble not yet written to the status (ApiDegraded).
+    api_retries: ApiTally = field(default_factory=ApiTally)
+    api_failed: int = 0
+    api_failing_since: datetime | None = None
+    api_last_error: str | None = None
+    api_failed_kinds: tuple[str, ...] = ()
+    #: The failing call of this reconcile was the status write itself (no point trying it again).
+    status_write_failed: bool = False
+
+    def api_report(self, retries: ApiTally) -> ApiReport:
+        return ApiReport(self.api_retries + retries, self.api_failed, self.api_failing_since, self.api_last_error,
+                         self.api_failed_kinds)
+
+    def api_reported(self) -> None:
+        self.api_retries, self.api_failed, self.api_failing_since = ApiTally(), 0, None
+        self.api_last_error, self.api_failed_kinds = None, ()
 
 
 @dataclass(frozen=True)
@@ -84,7 +114,8 @@ class ControllerService:
     def __init__(self, settings: ControllerSettings, kube: KubeCluster, source: PrometheusSource,
                  store: ModelStore, clock: Clock, *, telemetry: Telemetry | None = None,
                  budget: ClusterBudget | None = None,
-                 metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None) -> None:
+                 metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None,
+                 api_activity: ApiActivity | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.source = source
@@ -95,6 +126,8 @@ class ControllerService:
         #: Builds a scaler's MetricsPort; default: its PromQL on ``source`` (tests inject fakes).
         self.metrics_factory = metrics_factory or (
             lambda spec, ref: PrometheusMetricsPort.for_spec(self.source, spec, ref.namespace))
+        #: Wired around ``kube``'s API client and retry sleep at the edge; without it, retries go uncounted.
+        self.api_activity = api_activity or ApiActivity()
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
 
@@ -132,11 +165,23 @@ class ControllerService:
                   generation: int | None = None) -> Outcome:
         started = time.perf_counter()
         now = self.clock.now()
-        now_s = now.timestamp()
         ref = ScalerRef(name, namespace, uid)
         runtime = self._runtime(uid)
         runtime.ref = ref
+        runtime.status_write_failed = False
         previous = dict(status or {})
+        self.api_activity.begin()
+        try:
+            return self._reconcile(ref, runtime, spec, previous, annotations, generation, now, started)
+        except ClusterError as exc:
+            self._api_failed(ref, runtime, exc, previous, generation, now)
+            raise
+
+    def _reconcile(self, ref: ScalerRef, runtime: ScalerRuntime, spec: Mapping[str, Any] | None,
+                   previous: dict[str, Any], annotations: Mapping[str, str] | None, generation: int | None,
+                   now: datetime, started: float) -> Outcome:
+        name, namespace, uid = ref.name, ref.namespace, ref.uid
+        now_s = now.timestamp()
         held_before = (previous.get("budgetInUse") or {}) if isinstance(previous.get("budgetInUse"), Mapping) else {}
 
         if is_paused(annotations):
@@ -199,17 +244,22 @@ class ControllerService:
         held_now = self.budget.held(uid)
         budget_gpus = held_now.gpus if held_now else 0
         budget_cost = held_now.cost_per_hour if held_now and price is not None else None
+        api = self._api_before_status(ref, runtime)
         extra = Extra(conflicts=conflicts, budget_gpus=budget_gpus, budget_cost_per_hour=budget_cost,
                       model_warning=runtime.model.problem if runtime.model.version else None,
-                      savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None)
+                      savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None, api=api)
         body = reconciled_status(result, parsed, extra, previous, now, generation)
         events = list(result.events)
+        if api.degraded:
+            events.append(Event("Warning", API_EVENT, api.event_message()))
         if reservation.allowed_gpus is not None and "budget" in result.decision.limits and reservation.reason:
             events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
         if runtime.model.problem and runtime.model.version:
             events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))
         self._write_status(ref, body)
+        runtime.api_reported()
         self._post(ref, runtime, events, now_s)
+        self._api_after_status(ref, runtime)
         for kind, problem in (("metrics", result.decision.metrics_problem), ("model", result.decision.model_problem)):
             if problem:
                 self.telemetry.error(namespace, name, kind)
@@ -256,10 +306,16 @@ class ControllerService:
                 previous: Mapping[str, Any], generation: int | None, now: Any, *, paused: bool = False,
                 conflict: bool = False, mode: str | None = None, budget: dict[str, Any] | None = None,
                 event_type: str = "Warning") -> Outcome:
+        api = self._api_before_status(ref, runtime)
         body = refused_status(reason, reason, message, previous, now, generation, mode=mode, conflict=conflict,
-                              paused=paused, budget=budget)
+                              paused=paused, budget=budget, api=api)
         self._write_status(ref, body)
-        self._post(ref, runtime, [Event(event_type, reason, message)], now.timestamp())
+        runtime.api_reported()
+        events = [Event(event_type, reason, message)]
+        if api.degraded:
+            events.append(Event("Warning", API_EVENT, api.event_message()))
+        self._post(ref, runtime, events, now.timestamp())
+        self._api_after_status(ref, runtime)
         self.telemetry.refused(ref.namespace, ref.name, now.timestamp())
         log.warning("refused", extra={"scaler": ref.describe(), "reason": reason, "detail": message})
         return Outcome(body, None, reason)
@@ -269,7 +325,51 @@ class ControllerService:
             self.kube.patch_status(ref.name, ref.namespace, body)
         except ClusterError:
             self.telemetry.error(ref.namespace, ref.name, "cluster")
+            if ref.uid in self._runtimes:
+                self._runtimes[ref.uid].status_write_failed = True
             raise
+
+    # -- Kubernetes API trouble -----------------------------------------------------------------
+    def _api_before_status(self, ref: ScalerRef, runtime: ScalerRuntime) -> ApiReport:
+        """Count this reconcile's retries so far and report them with what is pending since the last write."""
+        tally = self.api_activity.take()
+        self.telemetry.api_retries(ref.namespace, ref.name, tally)
+        return runtime.api_report(tally)
+
+    def _api_after_status(self, ref: ScalerRef, runtime: ScalerRuntime) -> None:
+        """Retries after the status was built (its own write, the Events) are reported next time."""
+        tally = self.api_activity.take()
+        self.telemetry.api_retries(ref.namespace, ref.name, tally)
+        runtime.api_retries = runtime.api_retries + tally
+
+    def _api_failed(self, ref: ScalerRef, runtime: ScalerRuntime, exc: ClusterError, previous: Mapping[str, Any],
+                    generation: int | None, now: datetime) -> None:
+        """A reconcile failed on the API: remember it for the status, and try to say so already."""
+        tally = self.api_activity.take()
+        self.telemetry.api_retries(ref.namespace, ref.name, tally)
+        runtime.api_retries = runtime.api_retries + tally
+        runtime.api_failed += 1
+        runtime.api_failing_since = runtime.api_failing_since or now
+        runtime.api_last_error = str(exc)
+        kind = error_kind(exc.status)
+        if kind is not None and kind not in runtime.api_failed_kinds:
+            runtime.api_failed_kinds = (*runtime.api_failed_kinds, kind)
+        if runtime.status_write_failed or kind == "unreachable":
+            return  # the status write itself failed, or nothing reaches the server: do not try again now
+        report = runtime.api_report(ApiTally())
+        try:
+            # Only /scale (or the placeholder) may be failing: the status subresource often still works.
+            self.kube.patch_status(ref.name, ref.namespace, api_conditions_patch(report, previous, now, generation))
+        except ClusterError as again:
+            log.warning("API trouble not recorded in the status",
+                        extra={"scaler": ref.describe(), "detail": str(again)})
+            return
+        finally:
+            late = self.api_activity.take()
+            self.telemetry.api_retries(ref.namespace, ref.name, late)
+            runtime.api_retries = runtime.api_retries + late
+        self._post(ref, runtime, [Event("Warning", API_EVENT, report.event_message())], now.timestamp())
+        self.telemetry.api_retries(ref.namespace, ref.name, self.api_activity.take())
 
     def _post(self, ref: ScalerRef, runtime: ScalerRuntime, events: list[Event], now_s: float) -> None:
         """Post Events, each (reason, message) at most once per EVENT_REPEAT_SECONDS. Best effort."""

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiTally
 from predictive_scaler.reconcile import Condition, ReconcileResult
 from predictive_scaler.spec import ScalerSpec
 
 #: Conditions the controller adds beside the reconciler's.
 CONFLICT = "ConflictingAutoscaler"
 PAUSED = "Paused"
+API_DEGRADED = "ApiDegraded"
+#: The Warning Event posted while ApiDegraded is True (deduplicated: its message names kinds, not counts).
+API_EVENT = "ClusterApiErrors"
 
 
 def rfc3339(when: datetime) -> str:
@@ -60,6 +64,57 @@ def forecast_status(result: ReconcileResult, quantile: float) -> dict[str, Any] 
 
 
 @dataclass(frozen=True)
+class ApiReport:
+    """Kubernetes API trouble since the status was last written: retries absorbed, reconciles failed."""
+
+    retries: ApiTally = ApiTally()
+    failed_reconciles: int = 0
+    failing_since: datetime | None = None
+    last_error: str | None = None
+    #: Retry kinds of the errors that failed reconciles (their last error's kind).
+    failed_kinds: tuple[str, ...] = ()
+
+    @property
+    def degraded(self) -> bool:
+        return self.failed_reconciles > 0 or self.retries.total > 0
+
+    def kinds(self) -> tuple[str, ...]:
+        seen = set(self.failed_kinds) | {k for k, n in self.retries.retries.items() if n}
+        return tuple(k for k in RETRY_KINDS if k in seen)
+
+    def condition(self) -> Condition:
+        if not self.degraded:
+            return Condition(API_DEGRADED, "False", "ApiHealthy",
+                             "every Kubernetes API call since the last status write succeeded at the first attempt")
+        parts = []
+        if self.failed_reconciles:
+            since = f" since {rfc3339(self.failing_since)}" if self.failing_since else ""
+            parts.append(f"{self.failed_reconciles} reconcile(s) failed on Kubernetes API errors{since} and were "
+                         f"retried by kopf (last: {(self.last_error or 'unknown')[:400]})")
+        if self.retries.total:
+            parts.append(f"{self.retries.total} API call(s) retried ({self.retries.describe()})")
+        return Condition(API_DEGRADED, "True", "ReconcileFailed" if self.failed_reconciles else "RetriesAbsorbed",
+                         "; ".join(parts) + ". The strategy is not changed by API errors. " + _api_advice(self.kinds()))
+
+    def event_message(self) -> str:
+        what = ("reconciles failed and were retried" if self.failed_reconciles
+                else "calls were retried and succeeded")
+        return (f"Kubernetes API errors ({', '.join(self.kinds())}): {what}; see the {API_DEGRADED} condition "
+                "and predictive_scaler_api_retries_total. " + _api_advice(self.kinds()))
+
+
+def _api_advice(kinds: Sequence[str]) -> str:
+    advice = {
+        "conflict": "409: another writer changes this object (a second controller replica, an HPA, kubectl)",
+        "throttled": "429: API Priority and Fairness throttles the controller — check its flow schema",
+        "server-error": "5xx: check the API server's and etcd's health",
+        "unreachable": "unreachable: check the network path and the API server's endpoints",
+    }
+    hints = [advice[k] for k in kinds if k in advice]
+    return ("If it persists: " + "; ".join(hints) + ".") if hints else ""
+
+
+@dataclass(frozen=True)
 class Extra:
     """What the controller knows beside the ReconcileResult."""
 
@@ -71,6 +126,8 @@ class Extra:
     model_warning: str | None = None
     #: Savings text of a forecast-only run (what scaling would have saved now).
     savings: str | None = None
+    #: Kubernetes API trouble since the last status write (None: not reported, e.g. in unit tests).
+    api: ApiReport | None = None
 
 
 def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
@@ -92,6 +149,8 @@ def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
         conds.append(Condition(CONFLICT, "False", "NoOtherAutoscaler",
                                "no HPA or KEDA ScaledObject targets the same workload"))
     conds.append(Condition(PAUSED, "False", "NotPaused", "reconciling"))
+    if extra.api is not None:
+        conds.append(extra.api.condition())
     status: dict[str, Any] = {
         "mode": spec.mode,
         "strategy": d.strategy,
@@ -124,7 +183,8 @@ def _conditions_of(previous: Mapping[str, Any] | None) -> list[Mapping[str, Any]
 
 def refused_status(kind: str, reason: str, message: str, previous: Mapping[str, Any] | None, now: datetime,
                    generation: int | None, *, mode: str | None = None, conflict: bool = False,
-                   paused: bool = False, budget: dict[str, Any] | None = None) -> dict[str, Any]:
+                   paused: bool = False, budget: dict[str, Any] | None = None,
+                   api: ApiReport | None = None) -> dict[str, Any]:
     """Status when nothing was reconciled: invalid spec, paused, conflicting autoscaler, missing target.
 
     The planner state and the last forecast are left as they are (a merge patch only
@@ -136,6 +196,8 @@ def refused_status(kind: str, reason: str, message: str, previous: Mapping[str, 
                            message if conflict else "no HPA or KEDA ScaledObject targets the same workload"))
     conds.append(Condition(PAUSED, "True" if paused else "False", "PausedByAnnotation" if paused else "NotPaused",
                            message if paused else kind))
+    if api is not None:
+        conds.append(api.condition())
     status: dict[str, Any] = {
         "lastReconcileTime": rfc3339(now),
         "conditions": conditions_with_times(
@@ -148,6 +210,15 @@ def refused_status(kind: str, reason: str, message: str, previous: Mapping[str, 
     if generation is not None:
         status["observedGeneration"] = generation
     return status
+
+
+def api_conditions_patch(report: ApiReport, previous: Mapping[str, Any] | None, now: datetime,
+                         generation: int | None) -> dict[str, Any]:
+    """A status patch that only sets ApiDegraded (a failing reconcile's attempt): the list is replaced
+    whole by a merge patch, so the other conditions are carried over as they were."""
+    before = _conditions_of(previous)
+    merged = _merge_conditions(before, [report.condition()])
+    return {"conditions": conditions_with_times(merged, before, now, generation)}
 
 
 def _merge_conditions(previous: Sequence[Mapping[str, Any]], new: Sequence[Condition]) -> list[Condition]:

@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiTally
 from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.metrics_catalog import CATALOG
 from predictive_scaler.policy.capacity import replicas_for
@@ -211,6 +212,8 @@ class Telemetry:
             m("predictive_scaler_reconcile_duration_seconds").labels(*labels).observe(duration_s)
             for kind in ERROR_KINDS:
                 m("predictive_scaler_reconcile_errors_total").labels(*labels, kind).inc(0)
+            for kind in RETRY_KINDS:
+                m("predictive_scaler_api_retries_total").labels(*labels, kind).inc(0)
             self.last_reconcile_monotonic = time.monotonic()
 
     def model_trained(self, namespace: str, name: str, trained_until_s: float | None) -> None:
@@ -226,6 +229,13 @@ class Telemetry:
     def error(self, namespace: str, name: str, kind: str) -> None:
         self._m("predictive_scaler_reconcile_errors_total").labels(
             namespace, name, kind if kind in ERROR_KINDS else "internal").inc()
+
+    def api_retries(self, namespace: str, name: str, tally: ApiTally) -> None:
+        """Count Kubernetes API calls retried for this scaler (absorbed or not), by kind."""
+        for kind, n in tally.retries.items():
+            if n:
+                self._m("predictive_scaler_api_retries_total").labels(
+                    namespace, name, kind if kind in RETRY_KINDS else "unreachable").inc(n)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted scaler's series (a stale gauge would keep alerting)."""

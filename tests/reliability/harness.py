@@ -23,6 +23,7 @@ from typing import Any
 import kopf
 
 from predictive_scaler.clock import FakeClock
+from predictive_scaler.controller.api_activity import ApiActivity
 from predictive_scaler.controller.handlers import Handlers, build_registry
 from predictive_scaler.controller.service import ControllerService, Outcome
 from predictive_scaler.controller.settings import ControllerSettings
@@ -104,8 +105,9 @@ class World:
     # -- wiring --------------------------------------------------------------------------------
     def new_controller(self, seed: int = 7) -> tuple[ControllerService, Handlers, Telemetry, PrometheusSource]:
         """A fresh controller process: new caches, new budget ledger, same cluster, store and clock."""
-        kube = KubeCluster(self.fake_api.api_client, retry=RetryPolicy(), clock=self.clock,
-                           sleep=self._kube_sleep, rng=random.Random(seed), request_timeout=5.0)
+        activity = ApiActivity()  # as run.py wires it: retries absorbed inside a call are counted
+        kube = KubeCluster(activity.wrap(self.fake_api.api_client), retry=RetryPolicy(), clock=self.clock,
+                           sleep=activity.sleep(self._kube_sleep), rng=random.Random(seed), request_timeout=5.0)
         source = PrometheusSource(self.prometheus_url, timeout=self.prometheus_timeout, retries=1,
                                   backoff_seconds=0.5, clock=self.clock, sleep=self.clock.advance)
         settings = ControllerSettings(prometheus_url=self.prometheus_url, model_store=self.store.root,
@@ -113,7 +115,7 @@ class World:
         telemetry = Telemetry()
         factory = None if self.metrics is None else (lambda spec, ref: self.metrics)
         service = ControllerService(settings, kube, source, self.store, self.clock, telemetry=telemetry,
-                                    metrics_factory=factory)
+                                    metrics_factory=factory, api_activity=activity)
         original = service.reconcile
 
         def capturing(**kwargs: Any) -> Outcome:

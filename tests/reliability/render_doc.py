@@ -63,6 +63,14 @@ def render() -> str:
         "`hold` for `missingDataPeriods` (3) periods, then `reactive`, and `predictive` again after "
         "the fault; for Kubernetes API faults, retries with backoff and an unchanged strategy.",
         "",
+        "Signals are due within one period: of the first non-predictive period for metric and model "
+        "faults; of the first faulted period where so marked; for API faults absorbed by retries, of "
+        "the first period with a retried call (a retry of the status write itself is reported by the "
+        "next period's write); for an API outage, during which nothing can be written, the condition "
+        "and the Event within one period of the fault's end and the metric within one period of its "
+        "start. `ApiDegraded` is also asserted False before every fault, never True in a scenario "
+        "without an API fault, and False again by the end of every run.",
+        "",
         "## The matrix",
         "",
         "| Scenario | Kind | Periods (fault) | What happens | Strategy asserted | Signals within one period "
@@ -78,14 +86,8 @@ def render() -> str:
             f"{_cell(_expected(s))} | {_cell(_signals(s))} | {_cell(s.asserts)} | `{s.test}` |")
     lines += [
         "",
-        "## What the controller does not report (gaps found by this suite)",
+        "## Known gaps (found by this suite)",
         "",
-        "- A Kubernetes API outage leaves no trace in the scaler's status or Events once the API is "
-        "back: the failed reconciles are visible only in "
-        "`predictive_scaler_reconcile_errors_total{kind=\"cluster\"}` and kopf's log. (The status "
-        "cannot be written during the outage; a condition such as `ApiDegraded` set on recovery would "
-        "close the gap.)",
-        "- Conflicts (409) and throttling (429) absorbed by retries are counted nowhere (no retry metric).",
         "- Two controller replicas each keep their own cluster-wide budget ledger, so together they "
         "could book up to twice `clusterBudgetGpus`. Per-scaler budgets still hold (the placeholder "
         "is one Deployment sized absolutely, and `/scale` writes carry the read `resourceVersion`, "

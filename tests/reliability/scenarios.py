@@ -38,8 +38,12 @@ class Scenario:
     #: Periods after the fault ends until ``predictive`` again (exact).
     recovery: int | None = 0
     signals: Signals = Signals(None, None, None)
-    #: When the signals are due: at the first period whose strategy is not predictive
-    #: ("change"), or at the first faulted period ("fault").
+    #: When the signals are due (each within one period of it): at the first period whose strategy
+    #: is not predictive ("change"); at the first faulted period ("fault"); or, for an API outage
+    #: during which nothing can be written, the condition and the Event at the first period after
+    #: the fault ends and the metric (in-process) at the first faulted period ("fault-end"); or at
+    #: the first period in which an API call was answered 409/429/5xx and retried ("first-retry": a
+    #: retry of the status write itself can only be reported by the next period's write).
     signals_at: str = "change"
     #: The test that runs it (``test_matrix.py::test_scenario`` unless special).
     test: str = "test_matrix.py::test_scenario"
@@ -60,7 +64,7 @@ METRICS_SIGNALS = Signals("MetricsUnavailable=True", "StrategyChanged",
                           'predictive_scaler_reconcile_errors_total{kind="metrics"}')
 MODEL_SIGNALS = Signals("ModelInvalid=True", "StrategyChanged",
                         'predictive_scaler_reconcile_errors_total{kind="model"}')
-API_SIGNALS = Signals(None, None, 'predictive_scaler_reconcile_errors_total{kind="cluster"}')
+API_EVENT = "ClusterApiErrors"
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -122,18 +126,25 @@ SCENARIOS: tuple[Scenario, ...] = (
         "api-5xx-2m", "API server 5xx for 2 minutes", "api",
         "every call answers 503: retried with exponential backoff, then kopf.TemporaryError; "
         "the planner never sees it, so the strategy is unchanged",
-        "backoff delays grow; the handler asks kopf to retry; strategy in the status before = after",
-        fault=(5, 7), during=(None,), signals=API_SIGNALS),
+        "backoff delays grow; the handler asks kopf to retry; strategy in the status before = after; "
+        "the ApiDegraded condition counts the 2 failed reconciles and names the 503; "
+        "reconcile_errors_total{kind=\"cluster\"} rose; ApiDegraded=False again by the end",
+        fault=(5, 7), during=(None,), signals_at="fault-end",
+        signals=Signals("ApiDegraded=True", API_EVENT, 'predictive_scaler_api_retries_total{kind="server-error"}')),
     Scenario(
         "api-409-every-2nd", "409 on every second patch", "api",
         "each conflicting write re-reads and retries within the reconcile",
-        "every period completes; conflicts were answered and retried; predictive all along",
-        fault=(5, 35), during=("predictive",), signals=Signals(None, None, None)),
+        "every period completes; conflicts were answered and retried; predictive all along; "
+        "ApiDegraded=True (RetriesAbsorbed) while they last, False again by the end",
+        fault=(5, 35), during=("predictive",), signals_at="first-retry",
+        signals=Signals("ApiDegraded=True", API_EVENT, 'predictive_scaler_api_retries_total{kind="conflict"}')),
     Scenario(
         "api-429", "429 throttling", "api",
         "the Retry-After is honoured on the injected clock, then the call succeeds",
-        "every period completes; a Retry-After wait was slept; predictive all along",
-        fault=(5, 35), during=("predictive",), signals=Signals(None, None, None)),
+        "every period completes; a Retry-After wait was slept; predictive all along; "
+        "ApiDegraded=True (RetriesAbsorbed) while it lasts, False again by the end",
+        fault=(5, 35), during=("predictive",), signals_at="first-retry",
+        signals=Signals("ApiDegraded=True", API_EVENT, 'predictive_scaler_api_retries_total{kind="throttled"}')),
     Scenario(
         "sigkill-20", "Controller killed with SIGKILL mid-reconcile, 20 times", "process",
         "a forked controller is killed between two API writes (scale patched, status not yet); "

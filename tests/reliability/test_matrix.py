@@ -287,11 +287,14 @@ def _sample(p: Period, name: str, labels: dict[str, str]) -> float:
     return 0.0
 
 
-def assert_signals(world: World, scenario: Scenario, onset: int) -> None:
-    """The condition, the Event and the metric appear in the period the fault shows (or the next)."""
+def assert_signals(world: World, scenario: Scenario, onset: int, metric_onset: int | None = None) -> None:
+    """The condition and the Event appear in the period ``onset`` or the next; the metric in the
+    period ``metric_onset`` (default ``onset``) or the next."""
     sig = scenario.signals
     window = [p for p in world.periods if onset <= p.index <= onset + 1]
-    before = world.periods[onset - 1] if onset > 0 else None
+    m0 = onset if metric_onset is None else metric_onset
+    metric_window = [p for p in world.periods if m0 <= p.index <= m0 + 1]
+    before = world.periods[m0 - 1] if m0 > 0 else None
     if sig.condition is not None:
         kind, status = sig.condition.split("=")
         assert any((c := p.condition(kind)) is not None and c["status"] == status for p in window), \
@@ -301,7 +304,7 @@ def assert_signals(world: World, scenario: Scenario, onset: int) -> None:
             f"Event {sig.event} not posted within one period of {onset}: {[p.events for p in window]}"
     if sig.metric is not None:
         name, labels = _metric_key(sig.metric)
-        after = max(_sample(p, name, labels) for p in window)
+        after = max(_sample(p, name, labels) for p in metric_window)
         if name.endswith("_total"):
             assert after > (_sample(before, name, labels) if before else 0.0), f"{sig.metric} did not increase"
         else:
@@ -329,10 +332,29 @@ def test_scenario(make_world: MakeWorld, proxy: FaultProxy, prometheus_server: B
         after = [p.strategy for p in periods[f1:]]
         assert after[: scenario.recovery] == [a for a in after[: scenario.recovery] if a != "predictive"]
         assert set(after[scenario.recovery:]) == {"predictive"}, f"after the fault: {after}"
-    onset = f0 if scenario.signals_at == "fault" else \
-        next((p.index for p in periods[f0:f1] if p.strategy != "predictive"), f0)
-    assert_signals(world, scenario, onset)
+    if scenario.signals_at == "fault-end":
+        assert_signals(world, scenario, f1, metric_onset=f0)
+    elif scenario.signals_at == "first-retry":
+        onset = next(p.index for p in periods[f0:f1] if any(st in (409, 429) or st >= 500 for st in p.api_statuses))
+        assert onset <= f0 + 1, f"the fault showed first in period {onset}"
+        assert_signals(world, scenario, onset)
+    else:
+        onset = f0 if scenario.signals_at == "fault" else \
+            next((p.index for p in periods[f0:f1] if p.strategy != "predictive"), f0)
+        assert_signals(world, scenario, onset)
+    # ApiDegraded: False before any fault; True only for API faults; False again by the end of the run.
+    degraded = [p.index for p in periods if _api_degraded(p)]
+    assert not [i for i in degraded if i < f0], f"ApiDegraded before the fault: {degraded}"
+    if scenario.kind != "api":
+        assert not degraded, f"ApiDegraded without an API fault: {degraded}"
+    if f1 < scenario.periods:
+        assert not _api_degraded(periods[-1]), periods[-1].condition("ApiDegraded")
     CHECKS.get(scenario.id, lambda w, s: None)(world, scenario)
+
+
+def _api_degraded(p: Period) -> bool:
+    cond = p.condition("ApiDegraded")
+    return cond is not None and cond["status"] == "True"
 
 
 # -- per-scenario checks --------------------------------------------------------------------------
@@ -397,18 +419,40 @@ def _check_api_outage(world: World, s: Scenario) -> None:
     # Exponential backoff: within one failed call the delays grow (0.25–0.5, 0.5–1, 1–2, 2–4 s).
     grew = world.kube_sleeps[:4]
     assert len(grew) == 4 and all(b > a for a, b in zip(grew, grew[1:], strict=False)), world.kube_sleeps
+    # Reported once the status can be written again: how many reconciles failed, and on what.
+    cond = world.periods[f1].condition("ApiDegraded")
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "ReconcileFailed", cond
+    assert f"{f1 - f0} reconcile(s) failed" in cond["message"] and "503" in cond["message"], cond
+    assert world.periods[f1].samples.get('predictive_scaler_reconcile_errors_total{kind="cluster"}', 0) >= f1 - f0
+
+
+def _retries(world: World, kind: str) -> float:
+    return world.periods[-1].samples.get(f'predictive_scaler_api_retries_total{{kind="{kind}"}}', 0.0)
+
+
+def _check_absorbed(world: World, s: Scenario, status: int, kind: str) -> None:
+    """Every error answer of this kind was retried, counted, and reported as absorbed."""
+    answered = sum(p.api_statuses.count(status) for p in world.periods)
+    assert _retries(world, kind) == answered, (_retries(world, kind), answered)
+    reasons = {c["reason"] for p in world.periods if (c := p.condition("ApiDegraded")) and c["status"] == "True"}
+    assert reasons == {"RetriesAbsorbed"}, reasons
+    # Deduplicated: one Event per message and EVENT_REPEAT_SECONDS, not one per period.
+    posted = [p.index for p in world.periods for e in p.events if e.reason == "ClusterApiErrors"]
+    assert 1 <= len(posted) <= math.ceil((s.fault[1] - s.fault[0]) * 60 / 600) + 1, posted
 
 
 def _check_conflicts(world: World, s: Scenario) -> None:
     assert all(p.outcome == "ok" for p in world.periods)
     conflicts = sum(p.api_statuses.count(409) for p in world.periods)
     assert conflicts >= (s.fault[1] - s.fault[0]) // 2, conflicts
+    _check_absorbed(world, s, 409, "conflict")
 
 
 def _check_throttle(world: World, s: Scenario) -> None:
     assert all(p.outcome == "ok" for p in world.periods)
     assert sum(p.api_statuses.count(429) for p in world.periods) == s.fault[1] - s.fault[0]
     assert sum(1 for d in world.kube_sleeps if d >= 1.0) >= s.fault[1] - s.fault[0]
+    _check_absorbed(world, s, 429, "throttled")
 
 
 def _check_clock_ahead(world: World, s: Scenario) -> None:

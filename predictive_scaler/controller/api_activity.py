@@ -1,0 +1,122 @@
+"""What the Kubernetes API did to one reconcile: error answers and the retries that absorbed them.
+
+:class:`~predictive_scaler.kube.client.KubeCluster` retries a 409, a 429, a 5xx or
+an unreachable server inside one call (``kube/retry.py``); a call that finally
+succeeds leaves no trace, and one that fails surfaces only its last error. The
+``ApiDegraded`` condition and ``predictive_scaler_api_retries_total`` need the
+retries too, so the edge that builds the adapter (``run.py``, the test harness)
+wires an :class:`ApiActivity` around the two things it hands ``KubeCluster``:
+
+- the API client (:meth:`ApiActivity.wrap`), to see the status of every answer;
+- the retry sleep (:meth:`ApiActivity.sleep`), called exactly once before each retry,
+  so a retry is counted under the kind of the answer that caused it.
+
+Tallies are per thread: kopf runs each reconcile of a sync handler in one worker
+thread, from :meth:`begin` to :meth:`take`. Nothing here imports ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Retry kinds, the ``kind`` label of ``predictive_scaler_api_retries_total``.
+RETRY_KINDS: tuple[str, ...] = ("conflict", "throttled", "server-error", "unreachable")
+
+
+def error_kind(status: int | None) -> str | None:
+    """The retry kind of an answer's HTTP status (None: no status — nothing reached the server)."""
+    if not status:
+        return "unreachable"
+    if status == 409:
+        return "conflict"
+    if status == 429:
+        return "throttled"
+    if status >= 500:
+        return "server-error"
+    return None
+
+
+@dataclass(frozen=True)
+class ApiTally:
+    """Retries (by kind) made since the last :meth:`ApiActivity.take` on this thread."""
+
+    retries: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.retries.values())
+
+    def __add__(self, other: ApiTally) -> ApiTally:
+        return ApiTally(dict(Counter(self.retries) + Counter(other.retries)))
+
+    def describe(self) -> str:
+        """``"2 conflict, 1 throttled"`` in RETRY_KINDS order."""
+        return ", ".join(f"{self.retries[k]} {k}" for k in RETRY_KINDS if self.retries.get(k))
+
+
+class ApiActivity:
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _state(self) -> tuple[Counter[str], list[str | None]]:
+        if not hasattr(self._local, "retries"):
+            self._local.retries = Counter()
+            self._local.last = [None]
+        return self._local.retries, self._local.last
+
+    def begin(self) -> None:
+        """Start a fresh tally on this thread (retries of an earlier, unrelated call are dropped)."""
+        retries, last = self._state()
+        retries.clear()
+        last[0] = None
+
+    def take(self) -> ApiTally:
+        """The tally so far on this thread; counting starts again from zero."""
+        retries, _ = self._state()
+        out = ApiTally(dict(retries))
+        retries.clear()
+        return out
+
+    def answered(self, status: int | None) -> None:
+        _, last = self._state()
+        last[0] = error_kind(status)
+
+    def retried(self) -> None:
+        retries, last = self._state()
+        # A sleep always follows an error answer; "unreachable" if none was seen (a client-side timeout).
+        retries[last[0] or "unreachable"] += 1
+
+    def sleep(self, inner: Callable[[float], object]) -> Callable[[float], object]:
+        """The retry sleep to give KubeCluster: counts the retry, then sleeps with ``inner``."""
+        def sleep(seconds: float) -> object:
+            self.retried()
+            return inner(seconds)
+        return sleep
+
+    def wrap(self, api_client: Any) -> Any:
+        """The API client to give KubeCluster: the same client, reporting each answer's status here."""
+        return _ObservedApiClient(api_client, self)
+
+
+class _ObservedApiClient:
+    """Delegates everything to the wrapped ApiClient; notes the status of each ``call_api``."""
+
+    def __init__(self, inner: Any, activity: ApiActivity) -> None:
+        self._inner = inner
+        self._activity = activity
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = self._inner.call_api(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 — noted and re-raised untouched; KubeCluster maps it
+            self._activity.answered(getattr(exc, "status", None))
+            raise
+        self._activity.answered(getattr(response, "status", None))
+        return response
