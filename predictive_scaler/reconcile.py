@@ -26,7 +26,7 @@ from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample, plan
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.series import Series
-from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.spec import DEFAULT_RECENT_WINDOW_SECONDS, ScalerSpec
 
 __all__ = [
     "ClusterPort", "ClusterState", "Condition", "Decision", "DemandSample", "Event", "MetricsPort",
@@ -108,7 +108,7 @@ class Reconciler:
         self.model = model
         self.cluster = cluster
         self.clock = clock
-        self._cache_key: tuple[str | None, int, int] | None = None
+        self._cache_key: tuple[str | None, int, float] | None = None
         self._cached: Forecast | None = None
 
     @property
@@ -146,15 +146,34 @@ class Reconciler:
         except ModelError:
             return None
 
+    @property
+    def recent_window(self) -> timedelta:
+        """History handed to the model: the spec's window, else what the model reads, else 7 days."""
+        if self.spec.model.recent_window_seconds is not None:
+            return timedelta(seconds=self.spec.model.recent_window_seconds)
+        steps = getattr(self.model, "window_steps", None)
+        if isinstance(steps, int) and steps > 0:
+            return timedelta(seconds=steps * self.model_step_seconds)
+        return timedelta(seconds=DEFAULT_RECENT_WINDOW_SECONDS)
+
     def _forecast(self, now: datetime) -> tuple[Forecast | None, str | None]:
+        # Keyed on the last *complete* step of data (the forecast's issued_at), not on the step
+        # ``now`` falls in: with a metrics delay the step that just ended is not observable at
+        # its first tick, and a cache keyed on the clock would serve a one-step-old forecast for
+        # the whole step. History is re-read only while a newer step could have completed.
         step = self.model_step_seconds
-        key = (self._version(), step, math.floor(now.timestamp() / step))
-        if key == self._cache_key:
-            return self._cached, None
+        version = self._version()
+        cached, key = self._cached, self._cache_key
+        if (cached is not None and key is not None and key[:2] == (version, step)
+                and now.timestamp() < key[2] + 2 * step):
+            return cached, None
         try:
-            recent = self.metrics.recent(now, timedelta(seconds=self.spec.model.recent_window_seconds), step)
+            recent = self.metrics.recent(now, self.recent_window, step)
         except SourceError as exc:
             return None, f"no recent history for the model ({exc})"
+        key = (version, step, recent.last_time.timestamp() if len(recent) else -math.inf)
+        if key == self._cache_key and cached is not None:
+            return cached, None  # no new step of data yet: the forecast cannot change
         try:
             forecast = self.model.forecast(recent, now)
         except ModelError as exc:

@@ -29,6 +29,8 @@ from predictive_scaler.errors import BudgetError, ConfigError
 
 #: Grid the models work on unless a trace is coarser (contract: 5 minutes).
 DEFAULT_MODEL_STEP = 300
+#: History handed to a model that does not say how much it reads: a week covers weekly seasonality.
+DEFAULT_RECENT_WINDOW_SECONDS = 7 * 86400
 
 DemandKind = Literal["requests", "dcgm-busy-gpus"]
 Mode = Literal["forecast-only", "scale"]
@@ -350,8 +352,10 @@ class ModelRef(_Settings):
         "Model version to serve; unset follows the store's serving pointer.", min_length=1))
     step_seconds: int = field(default=DEFAULT_MODEL_STEP, metadata=_m(
         "Grid step of the model. Default: 300.", minimum=60, maximum=3600))
-    recent_window_seconds: int = field(default=86400, metadata=_m(
-        "Recent history handed to the model at each forecast. Default: 86400.", minimum=600, maximum=30 * 86400))
+    recent_window_seconds: int | None = field(default=None, metadata=_m(
+        "Recent history handed to the model at each forecast. Unset: the window the served model reads "
+        "(e.g. a week for a weekly seasonal model), or 7 days when the model does not say.",
+        minimum=600, maximum=30 * 86400))
 
 
 @dataclass(frozen=True)

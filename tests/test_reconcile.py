@@ -15,6 +15,7 @@ from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import ClusterError
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler, ReconcileResult
+from predictive_scaler.series import Series
 from predictive_scaler.spec import ScalerSpec
 
 START = datetime(2024, 3, 4, 8, 0, 30, tzinfo=UTC)  # mid-minute, like a real timer
@@ -30,6 +31,8 @@ def make_spec(**overrides: object) -> ScalerSpec:
         "maxReplicas": 100,
         "mode": "scale",
         "prewarm": {"enabled": True, "gpusPerNode": 4, "budget": {"maxGpus": 8, "pricePerGpuHour": 2.0}},
+        # The fake model reads nothing from history; a day keeps the fake metrics cheap.
+        "model": {"recentWindowSeconds": 86400},
     }
     d.update(overrides)
     return ScalerSpec.from_dict(d)
@@ -270,3 +273,55 @@ def test_restart_changes_no_decision() -> None:
         assert [x.decision for x in ra] == [x.decision for x in rb], f"chunk {chunk}"
         assert a.state == b.state
     assert timedelta(minutes=70) == a.clock.now() - START
+
+
+# -- forecast cache and recent window ----------------------------------------------------------
+
+class LaggedMetrics(FakeMetrics):
+    """A source whose newest step becomes queryable only ``delay`` seconds after it ends."""
+
+    def __init__(self, demand: Callable[[datetime], float | None], delay: float) -> None:
+        super().__init__(demand, lag_seconds=delay)
+        self.delay = delay
+        self.windows: list[timedelta] = []
+
+    def recent(self, now: datetime, window: timedelta, step_seconds: int) -> Series:
+        self.windows.append(window)
+        return super().recent(now - timedelta(seconds=self.delay), window, step_seconds)
+
+
+@pytest.mark.parametrize(("step", "delay"), [(300, 60), (300, 90), (1800, 60), (1800, 0)],
+                         ids=["5m-step-60s-delay", "5m-step-90s-delay", "30m-step-60s-delay", "30m-step-no-delay"])
+def test_forecast_is_issued_from_the_newest_complete_step(step: int, delay: float) -> None:
+    """Each forecast starts from the last step the source can show; a new step is picked up when it appears."""
+    spec = make_spec(horizonSeconds=2 * step, model={"recentWindowSeconds": 86400, "stepSeconds": step})
+    run = Run(spec, lambda t: 100.0, lambda t: 100.0)
+    run.metrics = LaggedMetrics(lambda t: 100.0, delay)
+    run.model.step_seconds, run.model.horizon_steps = step, 2
+    run.reconciler = Reconciler(spec, run.metrics, run.model, run.cluster, run.clock)
+    results = run.minutes(3 * step // 60)
+    for r in results:
+        assert r.forecast is not None
+        newest = (math.floor((r.now.timestamp() - delay) / step) - 1) * step  # label of the last step observable
+        assert r.forecast.issued_at.timestamp() == newest, r.now
+        assert r.decision.strategy == "predictive", r.decision.reasons
+    assert run.model.forecast_calls == len({r.forecast.issued_at for r in results if r.forecast is not None})
+
+
+class WindowedModel(FakeModel):
+    window_steps = 3 * 288  # a model that reads three days of 5-minute steps
+
+
+@pytest.mark.parametrize(("configured", "model_class", "expected"), [
+    (None, WindowedModel, timedelta(days=3)),
+    (None, FakeModel, timedelta(days=7)),
+    (7200, WindowedModel, timedelta(hours=2)),
+], ids=["model-window", "default-week", "spec-wins"])
+def test_recent_window_follows_the_model_unless_set(configured: int | None, model_class: type[FakeModel],
+                                                    expected: timedelta) -> None:
+    spec = make_spec(model={"recentWindowSeconds": configured})
+    metrics = LaggedMetrics(lambda t: 100.0, 0.0)
+    reconciler = Reconciler(spec, metrics, model_class(lambda t: 100.0), FakeCluster(desired=10, ready=10),
+                            FakeClock(START))
+    reconciler.step(PlannerState())
+    assert metrics.windows == [expected]

@@ -90,9 +90,9 @@ class ServedModel:
     """
 
     def __init__(self, model: FittedModel, version: str, *, horizon_steps: int, quantiles: tuple[float, ...],
-                 recent_steps: int = 7 * 288) -> None:
+                 recent_steps: int | None = None) -> None:
         self.model = model
-        self.recent_steps = recent_steps
+        self._recent_steps = recent_steps
         self.batch_rejections = 0
         self._version = version
         self.horizon_steps = horizon_steps
@@ -110,6 +110,16 @@ class ServedModel:
     @property
     def step_seconds(self) -> int:
         return int(self.model.step_seconds)
+
+    @property
+    def window_steps(self) -> int:
+        """Steps of history the serving model reads (the reconciler's default recent window)."""
+        return int(getattr(self.model, "window_steps", 7 * 86400 // self.step_seconds))
+
+    @property
+    def recent_steps(self) -> int:
+        """Steps the reconciler hands over: the spec's window if set, else the model's own."""
+        return self._recent_steps if self._recent_steps is not None else self.window_steps
 
     def swap(self, model: FittedModel, version: str) -> None:
         self.model, self._version, self._label = model, version, _label(model)
@@ -262,7 +272,8 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     first = trainer.initial(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
     quantiles = tuple(sorted({0.5, spec.quantile}))
     served = ServedModel(first, "v1", horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles,
-                         recent_steps=max(1, spec.model.recent_window_seconds // step))
+                         recent_steps=None if spec.model.recent_window_seconds is None
+                         else max(1, spec.model.recent_window_seconds // step))
     grid = metrics.grid(step)
     g0 = grid.start.timestamp()
 

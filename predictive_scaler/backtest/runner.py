@@ -167,8 +167,9 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
         "minReplicas": scenario.min_replicas,
         "maxReplicas": max_replicas,
         "quantile": scenario.quantile,
-        # At least two model steps: a forecast is fetched once per step from the last *complete*
-        # step, so by the end of the current step it is two steps old.
+        # At least two model steps: a forecast starts after the last step the metrics show, and
+        # for the metrics delay after a step ends it is still the newest one, by then reaching
+        # into its second step (a one-step horizon would be stale there).
         "horizonSeconds": min(3600, max(1800, 2 * model_step)),
         "controlPeriodSeconds": scenario.control_period_s,
         "leadTimes": {"podStartSeconds": int(math.ceil(cfg.warm_start_s)),
