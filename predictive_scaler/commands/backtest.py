@@ -1,15 +1,36 @@
-"""`predictive-scaler backtest`: replay a trace through every policy on a simulated GPU cluster."""
+"""`predictive-scaler backtest`: replay a trace through every policy on a simulated GPU cluster.
+
+The demand comes from a trace file (``--trace``) or from the cluster's own
+Prometheus (``--prometheus URL --scaler FILE.yaml``): the scaler's demand query
+pulled exactly as the weekly retraining job pulls it
+(:func:`~predictive_scaler.retrain.history_for_scaler`). With ``--scaler`` the
+PredictiveScaler manifest is laid over the scenario (:func:`scenario_for_scaler`):
+every setting the manifest gives explicitly wins, settings it leaves to the CRD
+default come from the scenario, and the printed scenario says which is which.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from predictive_scaler.backtest.scenario import Scenario
+    from predictive_scaler.retrain import ScalerTarget
+    from predictive_scaler.series import Series
 
 #: The bundled trace `make demo` runs on.
 BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "backtests" / "nasa_http_1995.csv"
+#: History pulled by default with --prometheus: the 14 days the models need plus a week to evaluate.
+DEFAULT_HISTORY_DAYS = 21.0
+#: Share of missing steps accepted in a pulled history (the retraining job's default).
+DEFAULT_MAX_MISSING = 0.2
 
 
 def register(subparsers: Any) -> None:
@@ -17,10 +38,31 @@ def register(subparsers: Any) -> None:
         "backtest",
         help="replay a trace through the predictive, reactive, static, Holt-Winters and oracle policies",
         description="Replay a demand trace through the controller's own reconciler and its peers on a "
-                    "simulated GPU cluster; report SLO, GPU-hours, wasted prewarm cost and forecast accuracy.",
+                    "simulated GPU cluster; report SLO, GPU-hours, wasted prewarm cost and forecast accuracy. "
+                    "The demand comes from a trace file (--trace) or from your own Prometheus "
+                    "(--prometheus URL --scaler FILE.yaml), pulled as the weekly retraining job pulls it.",
     )
     p.add_argument("--trace", type=Path, default=None,
                    help=f"timestamp,value CSV or Parquet trace (default: the bundled {BUNDLED_TRACE.name})")
+    p.add_argument("--prometheus", default=None, metavar="URL",
+                   help="pull the --scaler's demand history from this Prometheus instead of a trace file")
+    p.add_argument("--scaler", type=Path, default=None, metavar="FILE.yaml",
+                   help="PredictiveScaler manifest: its spec is laid over the scenario (explicit settings win); "
+                        "required with --prometheus, allowed with --trace")
+    p.add_argument("--name", default=None, help="which PredictiveScaler of a --scaler file holding several")
+    p.add_argument("--days", type=float, default=DEFAULT_HISTORY_DAYS,
+                   help=f"with --prometheus: days of history to pull (default {DEFAULT_HISTORY_DAYS:g}; "
+                        "at least 14 observed are required)")
+    p.add_argument("--end", default=None, metavar="TIME",
+                   help="with --prometheus: end of the history, ISO-8601 (default: now)")
+    p.add_argument("--min-history", default="14d",
+                   help="with --prometheus: observed history required (default 14d)")
+    p.add_argument("--max-missing", type=float, default=DEFAULT_MAX_MISSING,
+                   help=f"with --prometheus: largest share of missing steps accepted (default {DEFAULT_MAX_MISSING})")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="with --prometheus: seconds per Prometheus request (default 30)")
+    p.add_argument("--save-history", type=Path, default=None, metavar="FILE.csv",
+                   help="with --prometheus: also write the pulled history as a timestamp,value CSV (a --trace)")
     p.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: backtests/default.yaml)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout (nulls for undefined)")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
@@ -38,16 +80,218 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
+# -- the manifest over the scenario (pure) --------------------------------------------------------
 
+@dataclass(frozen=True)
+class ScalerScenario:
+    """A scenario with a PredictiveScaler's spec laid over it, and where each setting came from."""
+
+    scenario: Scenario
+    #: Scenario setting → the manifest field it was taken from.
+    from_manifest: Mapping[str, str]
+    #: Scenario settings the manifest left to the scenario (the CRD default would otherwise apply).
+    from_scenario: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        return {"from_manifest": dict(self.from_manifest), "from_scenario": list(self.from_scenario),
+                "notes": list(self.notes)}
+
+
+#: Scenario settings a manifest can set; the others (preset, training, horizons, …) are the backtest's own.
+_MAPPED = ("capacity_per_replica", "peak_replicas", "target_utilization", "min_replicas", "max_replicas",
+           "quantile", "control_period", "cluster.gpus_per_replica", "cluster.gpus_per_node",
+           "cluster.price_per_gpu_hour", "cluster.pod_start_s", "cluster.model_load_s",
+           "cluster.node_provision_s", "cluster.image_pull_s")
+
+
+def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any]) -> ScalerScenario:
+    """Lay a PredictiveScaler's camelCase ``spec`` over ``base``: what the manifest says explicitly wins.
+
+    - Capacity always comes from the manifest (the CRD requires it): for ``requests`` demand a
+      simulated replica serves ``requestsPerReplica`` and every policy plans on all of it
+      (``target_utilization`` 1, as the controller does); for ``dcgm-busy-gpus`` a replica serves
+      its GPUs fully busy and policies plan at ``gpuUtilizationTarget``.
+    - ``minReplicas``, ``maxReplicas``, ``quantile``, ``controlPeriodSeconds``, ``gpusPerReplica``,
+      ``prewarm.gpusPerNode`` and ``prewarm.budget.pricePerGpuHour`` replace the scenario's settings.
+    - ``leadTimes`` reshape the simulated cluster so its warm and cold start times equal them,
+      keeping the preset's proportions between their parts.
+    - The whole spec is laid over the scenario's ``spec`` section for the predictive policy
+      (``prewarm.budget`` as one setting: the manifest's budget replaces the scenario's), except
+      ``mode``: the backtest simulates ``scale`` — ``forecast-only`` would do nothing to measure.
+    """
+    from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
+    from predictive_scaler.errors import ConfigError
+    from predictive_scaler.spec import ScalerSpec
+
+    spec = ScalerSpec.from_dict(spec_doc)
+    taken: dict[str, str] = {}
+    notes: list[str] = []
+    changes: dict[str, Any] = {}
+    cluster: dict[str, Any] = {}
+
+    def given(*path: str) -> bool:
+        node: Any = spec_doc
+        for key in path:
+            if not isinstance(node, Mapping) or key not in node:
+                return False
+            node = node[key]
+        return True
+
+    if spec.demand.kind == "dcgm-busy-gpus":
+        changes.update(capacity_per_replica=float(spec.gpus_per_replica), peak_replicas=None,
+                       target_utilization=spec.capacity.gpu_utilization_target)
+        taken.update(capacity_per_replica="spec.gpusPerReplica (busy GPUs a full replica serves)",
+                     peak_replicas="spec.demand.kind (capacity given, no sizing)",
+                     target_utilization="spec.capacity.gpuUtilizationTarget")
+    else:
+        assert spec.capacity.requests_per_replica is not None  # the spec requires it for requests
+        changes.update(capacity_per_replica=spec.capacity.requests_per_replica, peak_replicas=None,
+                       target_utilization=1.0)
+        taken.update(capacity_per_replica="spec.capacity.requestsPerReplica",
+                     peak_replicas="spec.capacity.requestsPerReplica (capacity given, no sizing)",
+                     target_utilization="spec.capacity.requestsPerReplica (planned on in full)")
+    for key, field_name, value in (
+        (("minReplicas",), "min_replicas", spec.min_replicas),
+        (("maxReplicas",), "max_replicas", spec.max_replicas),
+        (("quantile",), "quantile", spec.quantile),
+        (("controlPeriodSeconds",), "control_period", timedelta(seconds=spec.control_period_seconds)),
+    ):
+        if given(*key):
+            changes[field_name] = value
+            taken[field_name] = "spec." + ".".join(key)
+    cluster_settings: tuple[tuple[tuple[str, ...], str, float | None], ...] = (
+        (("gpusPerReplica",), "gpus_per_replica", spec.gpus_per_replica),
+        (("prewarm", "gpusPerNode"), "gpus_per_node", spec.prewarm.gpus_per_node),
+        (("prewarm", "budget", "pricePerGpuHour"), "price_per_gpu_hour", spec.prewarm.budget.price_per_gpu_hour),
+    )
+    for path, setting, amount in cluster_settings:
+        if given(*path):
+            cluster[setting] = amount
+            taken[f"cluster.{setting}"] = "spec." + ".".join(path)
+    cfg = base.cluster
+    warm = cfg.warm_start_s
+    if given("leadTimes", "podStartSeconds"):
+        warm = float(spec.lead_times.pod_start_seconds)
+        cluster.update(_split(warm, ("pod_start_s", cfg.pod_start_s), ("model_load_s", cfg.model_load_s)))
+        taken.update({"cluster.pod_start_s": "spec.leadTimes.podStartSeconds",
+                      "cluster.model_load_s": "spec.leadTimes.podStartSeconds"})
+    if given("leadTimes", "nodeStartSeconds"):
+        node = spec.lead_times.node_start_seconds - warm
+        if node < 0:
+            raise ConfigError(
+                f"spec.leadTimes.nodeStartSeconds ({spec.lead_times.node_start_seconds}) is shorter than the "
+                f"warm start ({warm:g}s) the scenario's cluster takes; give podStartSeconds too, or raise it",
+                field="spec.leadTimes.nodeStartSeconds")
+        cluster.update(_split(node, ("node_provision_s", cfg.node_provision_s), ("image_pull_s", cfg.image_pull_s)))
+        taken.update({"cluster.node_provision_s": "spec.leadTimes.nodeStartSeconds",
+                      "cluster.image_pull_s": "spec.leadTimes.nodeStartSeconds"})
+    if cluster:
+        try:
+            changes["cluster"] = cfg.with_overrides(**cluster)
+        except ConfigError as exc:
+            raise ConfigError(f"the manifest's spec does not fit the scenario's cluster: {exc}",
+                              field=exc.field) from exc
+
+    overlay = {k: v for k, v in spec_doc.items() if k != "mode"}
+    if spec_doc.get("mode", "forecast-only") != "scale":
+        notes.append(f"mode {spec.mode} in the manifest; the backtest simulates mode scale")
+    planner_spec = dict(base.spec)
+    if given("prewarm", "budget") and isinstance(planner_spec.get("prewarm"), Mapping):
+        planner_spec["prewarm"] = {k: v for k, v in planner_spec["prewarm"].items() if k != "budget"}
+    changes["spec"] = _merge(planner_spec, overlay)
+    changes["name"] = base.name
+    scenario = replace(base, **changes)
+    # Validate now, as load_scenario does: errors name the field before any history is pulled.
+    build_spec(scenario, capacity=scenario.capacity_per_replica or 1.0,
+               max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
+               model_step=max(DEFAULT_MODEL_STEP, spec.model.step_seconds))
+    if spec.model.step_seconds < DEFAULT_MODEL_STEP:
+        notes.append(f"history pulled at the manifest's {spec.model.step_seconds}s model step; the backtest "
+                     f"models at {DEFAULT_MODEL_STEP}s")
+    from_scenario = tuple(k for k in _MAPPED if k not in taken)
+    return ScalerScenario(scenario=scenario, from_manifest=taken, from_scenario=from_scenario, notes=tuple(notes))
+
+
+def _split(total: float, *parts: tuple[str, float]) -> dict[str, float]:
+    """``total`` seconds shared among ``parts`` in the proportions of their current values."""
+    have = sum(v for _, v in parts)
+    if have <= 0:
+        return {parts[0][0]: total, **{k: 0.0 for k, _ in parts[1:]}}
+    return {k: total * v / have for k, v in parts}
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def pick_scaler(path: Path, name: str | None) -> ScalerTarget:
+    """The one PredictiveScaler of ``path`` (or the one called ``name``), with a valid spec."""
+    from predictive_scaler.errors import ConfigError
+    from predictive_scaler.retrain import load_scalers_file
+
+    targets = load_scalers_file(path)
+    if name is not None:
+        targets = [t for t in targets if name in (t.name, t.key)]
+        if not targets:
+            raise ConfigError(f"{path} holds no PredictiveScaler named {name!r}", field="name")
+    if len(targets) > 1:
+        raise ConfigError(f"{path} holds {len(targets)} PredictiveScalers ({', '.join(t.key for t in targets)}); "
+                          "choose one with --name", field="name")
+    target = targets[0]
+    if target.spec is None:
+        raise ConfigError(f"{path}: PredictiveScaler {target.key} has an {target.problem}; fix the manifest "
+                          "(`kubectl apply --dry-run=server -f` checks it against the CRD)", field="spec")
+    return target
+
+
+def history_csv(series: Series) -> str:
+    """``series`` as a timestamp,value CSV that ``--trace`` reads back identically (gaps as empty values)."""
+    import numpy as np
+    import pandas as pd
+
+    stamps = series.start + pd.to_timedelta(np.arange(len(series)) * series.step_seconds, unit="s")
+    lines = ["timestamp,value"]
+    lines += [f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')},{'' if not np.isfinite(v) else repr(float(v))}"
+              for t, v in zip(stamps, series.values, strict=True)]
+    return "\n".join(lines) + "\n"
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+def run(args: argparse.Namespace) -> int:
     from predictive_scaler.backtest.report import terminal_table, verdict, write_report
     from predictive_scaler.backtest.runner import run_backtest
     from predictive_scaler.backtest.scenario import Scenario, load_scenario
     from predictive_scaler.errors import ConfigError
     from predictive_scaler.series import load_trace, parse_duration
 
+    if args.prometheus is not None and args.trace is not None:
+        raise ConfigError("--trace and --prometheus are two sources of demand; give one: --trace FILE for a "
+                          "trace file, or --prometheus URL --scaler FILE.yaml for your own history",
+                          field="prometheus")
+    if args.prometheus is not None and args.scaler is None:
+        raise ConfigError("--prometheus needs --scaler FILE.yaml: the PredictiveScaler manifest whose demand "
+                          "query is pulled", field="scaler")
+    if args.prometheus is None:
+        for flag, value in (("--end", args.end), ("--save-history", args.save_history)):
+            if value is not None:
+                raise ConfigError(f"{flag} applies to --prometheus history only; drop it or use --prometheus",
+                                  field=flag.strip("-"))
+
     scenario = load_scenario(args.scenario)
+    target = pick_scaler(args.scaler, args.name) if args.scaler is not None else None
+    mapped: ScalerScenario | None = None
+    if target is not None:
+        assert target.spec is not None
+        mapped = scenario_for_scaler(scenario, _spec_doc(args.scaler, target))
+        scenario = mapped.scenario
     changes: dict[str, Any] = {}
     if args.peak_replicas is not None:
         changes["peak_replicas"] = args.peak_replicas
@@ -63,7 +307,14 @@ def run(args: argparse.Namespace) -> int:
         except TypeError as exc:  # pragma: no cover - guarded by argparse
             raise ConfigError(str(exc)) from exc
     assert isinstance(scenario, Scenario)
-    trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None)
+
+    if args.prometheus is not None:
+        assert target is not None
+        trace = _pull(args, target)
+        if args.save_history is not None:
+            args.save_history.write_text(history_csv(trace))
+    else:
+        trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None)
 
     bars: list[Any] = []
 
@@ -80,15 +331,20 @@ def run(args: argparse.Namespace) -> int:
     for bar in bars:
         bar.close()
     where = write_report(result, args.report) if args.report else None
+    doc = result.to_json()
+    if target is not None and mapped is not None:
+        doc["scenario"]["scaler"] = {"name": target.key, "manifest": str(args.scaler), **mapped.describe()}
     if args.json:
-        print(json.dumps(result.to_json(), allow_nan=False, indent=2))
+        print(json.dumps(doc, allow_nan=False, indent=2))
     else:
         setup = result.setup
         print(f"trace: {setup.trace.source}  scenario: {scenario.name} (preset {scenario.preset})")
+        if target is not None and mapped is not None:
+            _print_origins(target.key, args.scaler, scenario.name, mapped)
         print(f"training {setup.describe()['training']}, evaluated {setup.describe()['evaluation']} from "
               f"{setup.eval_start.isoformat()}; capacity {setup.capacity_per_replica:.4g}/replica, "
               f"peak {setup.peak_replicas}, max {setup.max_replicas} replicas")
-        print(json.dumps(result.to_json()["scenario"], separators=(",", ":")))
+        print(json.dumps(doc["scenario"], separators=(",", ":")))
         print()
         print(terminal_table(result))
         print()
@@ -97,3 +353,75 @@ def run(args: argparse.Namespace) -> int:
     if where is not None:
         print(f"report: {where}  (Markdown: {where.with_name('report.md')})", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _spec_doc(path: Path, target: ScalerTarget) -> dict[str, Any]:
+    """The raw camelCase spec of ``target`` in ``path`` (to know which settings it gives explicitly)."""
+    import yaml
+
+    for doc in yaml.safe_load_all(path.read_text()):
+        items: list[Any] = doc["items"] if isinstance(doc, Mapping) and isinstance(doc.get("items"), list) else [doc]
+        for item in items:
+            if not isinstance(item, Mapping) or item.get("kind", "PredictiveScaler") != "PredictiveScaler":
+                continue
+            meta = item.get("metadata") or {}
+            if meta.get("name") == target.name and str(meta.get("namespace") or "default") == target.namespace:
+                return dict(item.get("spec") or {})
+    raise AssertionError(f"{target.key} vanished from {path}")  # pragma: no cover - pick_scaler read it
+
+
+def _pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
+    from datetime import UTC, datetime
+
+    import pandas as pd
+
+    from predictive_scaler.errors import (
+        ConfigError,
+        DataError,
+        InsufficientHistoryError,
+        SourceError,
+    )
+    from predictive_scaler.retrain import demand_query, history_for_scaler
+    from predictive_scaler.series import parse_duration
+    from predictive_scaler.sources.prometheus import PrometheusSource
+
+    assert target.spec is not None
+    if not args.days > 0:
+        raise ConfigError(f"--days must be positive, got {args.days:g}; 21 gives two weeks to train and one "
+                          "to evaluate", field="days")
+    end = datetime.now(UTC)
+    if args.end:
+        try:
+            stamp = pd.Timestamp(args.end)
+        except ValueError as exc:
+            raise ConfigError(f"--end {args.end!r} is not an ISO-8601 time, e.g. 2026-03-01T00:00:00Z",
+                              field="end") from exc
+        end = (stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")).to_pydatetime()
+    try:
+        min_history = parse_duration(args.min_history)
+    except DataError as exc:
+        raise ConfigError(f"--min-history: {exc}", field="min_history") from exc
+    query = demand_query(target.spec, target.namespace)
+    where = f"{target.key}'s demand ({query}) from {args.prometheus}, {args.days:g} days to {end.isoformat()}"
+    source = PrometheusSource(args.prometheus, timeout=args.timeout)
+    try:
+        series = history_for_scaler(source, target.spec, end, args.days, namespace=target.namespace,
+                                    min_history=min_history, max_missing_fraction=args.max_missing)
+    except InsufficientHistoryError as exc:
+        raise InsufficientHistoryError(f"{where}: {exc}; pull more with --days, check --end, or wait until "
+                                       "the metric has 14 days") from exc
+    except SourceError as exc:
+        raise SourceError(f"{where}: {exc}") from exc
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from exc
+    return replace(series, source=f"{args.prometheus} {query}")
+
+
+def _print_origins(key: str, manifest: Path, scenario_name: str, mapped: ScalerScenario) -> None:
+    print(f"scaler: {key} ({manifest}) over scenario {scenario_name}; explicit manifest settings win")
+    taken = ", ".join(f"{k} ← {v}" for k, v in mapped.from_manifest.items())
+    print(f"  from the manifest: {taken}; the predictive policy runs its spec")
+    print(f"  from the scenario: {', '.join(mapped.from_scenario) or 'nothing'}, and everything else "
+          "(preset, training, horizons, forecasters, policies)")
+    for note in mapped.notes:
+        print(f"  note: {note}")

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.cli import main
+from predictive_scaler.commands.backtest import history_csv
+from predictive_scaler.series import Series
 
 
 @pytest.fixture()
@@ -70,3 +79,171 @@ def test_bad_scenario_is_a_clean_error(tmp_path: Path, trace_file: Path, capsys:
     bad.write_text("preset: gke\n")
     assert main(["backtest", "--trace", str(trace_file), "--scenario", str(bad), "--no-progress"]) == 2
     assert "preset" in capsys.readouterr().err
+
+
+# -- your own history: --prometheus URL --scaler FILE.yaml -------------------------------------------
+
+#: The standard history's request counters (tests/support/prometheus.py), at the model step.
+DEMAND_QUERY = 'sum(rate(requests_total{namespace="ml",job="inference"}[5m]))'
+SCALER = """\
+apiVersion: predictive-scaler.io/v1alpha1
+kind: PredictiveScaler
+metadata: {name: llm, namespace: ml}
+spec:
+  target: {name: llm}
+  demand: {query: 'QUERY'}
+  capacity: {requestsPerReplica: 200}
+  maxReplicas: 14
+  quantile: 0.9
+  leadTimes: {podStartSeconds: 60, nodeStartSeconds: 300}
+  prewarm:
+    enabled: true
+    gpusPerNode: 2
+    budget: {maxGpus: 4, pricePerGpuHour: 3.0}
+""".replace("QUERY", DEMAND_QUERY)
+#: Small and fast: one cheap forecaster, one evaluated day after the 7-day training window.
+SMALL_SCENARIO = "name: own-history\nforecasters: [persistence]\nevaluation: 1d\n"
+POLICIES = ("predictive", "reactive", "static", "holt-winters", "oracle")
+MEASURES = ("gpu_hours", "cost", "slo_attainment", "unmet_minutes", "prewarm_gpu_hours", "scale_events")
+
+
+def _run_json(argv: list[str]) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["backtest", *argv, "--json", "--no-progress"])
+    assert code == 0
+    doc: dict[str, Any] = json.loads(out.getvalue())
+    return doc
+
+
+@dataclass(frozen=True)
+class OwnHistory:
+    pulled: dict[str, Any]
+    from_export: dict[str, Any]
+    from_truth: dict[str, Any]
+    export: Path
+    truth: Series
+
+
+@pytest.fixture(scope="module")
+def own_history(prometheus_server: BackfilledPrometheus, tmp_path_factory: pytest.TempPathFactory) -> OwnHistory:
+    root = tmp_path_factory.mktemp("own-history")
+    (root / "scaler.yaml").write_text(SCALER)
+    (root / "s.yaml").write_text(SMALL_SCENARIO)
+    trace = prometheus_server.history.trace
+    common = ["--scaler", str(root / "scaler.yaml"), "--scenario", str(root / "s.yaml")]
+    pulled = _run_json(["--prometheus", prometheus_server.url, "--end", trace.end.isoformat(),
+                        "--save-history", str(root / "pulled.csv"), *common])
+    from_export = _run_json(["--trace", str(root / "pulled.csv"), *common])
+    # The backfilled truth on the model grid: each 5-minute step the mean of its minutes.
+    per_step = 300 // trace.step_seconds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the scrape gap: all-NaN steps stay NaN
+        means = np.nanmean(trace.values.reshape(-1, per_step), axis=1)
+    truth = Series(values=means, start=trace.start, step_seconds=300, name="truth")
+    (root / "truth.csv").write_text(history_csv(truth))
+    from_truth = _run_json(["--trace", str(root / "truth.csv"), *common])
+    return OwnHistory(pulled, from_export, from_truth, root / "pulled.csv", truth)
+
+
+def test_own_history_runs_every_policy_with_the_manifest_over_the_scenario(own_history: OwnHistory) -> None:
+    doc = own_history.pulled
+    assert set(doc["policies"]) == set(POLICIES)
+    for name in POLICIES:
+        assert 0 <= doc["policies"][name]["slo_attainment"] <= 1
+        assert doc["policies"][name]["gpu_hours"] > 0
+    scenario = doc["scenario"]
+    assert scenario["name"] == "own-history"
+    assert scenario["capacity_per_replica"] == 200 and scenario["max_replicas"] == 14
+    assert scenario["quantile"] == 0.9 and scenario["target_utilization"] == 1.0
+    assert scenario["cluster"]["gpus_per_node"] == 2 and scenario["cluster"]["price_per_gpu_hour"] == 3.0
+    cluster = scenario["cluster"]
+    assert cluster["pod_start_s"] + cluster["model_load_s"] == pytest.approx(60)
+    assert cluster["pod_start_s"] + cluster["model_load_s"] + cluster["node_provision_s"] + cluster["image_pull_s"] \
+        == pytest.approx(300)
+    assert scenario["spec"]["prewarm"]["budget"] == {"maxGpus": 4, "pricePerGpuHour": 3.0}  # replaced, not merged
+    assert "mode" not in scenario["spec"]
+    origins = scenario["scaler"]
+    assert origins["name"] == "ml/llm"
+    assert origins["from_manifest"]["max_replicas"] == "spec.maxReplicas"
+    assert "min_replicas" in origins["from_scenario"] and "control_period" in origins["from_scenario"]
+    assert any("forecast-only" in note for note in origins["notes"])
+    assert DEMAND_QUERY in scenario["trace"]
+
+
+def test_own_history_is_the_retraining_jobs_pull(own_history: OwnHistory) -> None:
+    from predictive_scaler.series import load_trace
+
+    pulled = load_trace(own_history.export, min_history=None)
+    assert pulled.step_seconds == 300 and pulled.end == own_history.truth.end
+    assert pulled.span >= timedelta(days=14) - timedelta(minutes=5)  # --days 21 trimmed to what exists
+    truth = own_history.truth.values[-len(pulled):]
+    both = np.isfinite(pulled.values) & np.isfinite(truth)
+    assert both.mean() > 0.98  # the hour's scrape gap (and its edges) only
+    close = np.isclose(pulled.values[both], truth[both], rtol=0.02)
+    assert close.mean() > 0.99  # all but the steps of the counter resets
+
+
+#: How far a backtest of the pulled history may be from one of the backfilled truth: the pull
+#: differs at the steps of the counter resets and the edges of the scrape gap, which move a
+#: few decisions by a control period. (measure → (relative, absolute) tolerance.)
+TRUTH_TOLERANCE = {"gpu_hours": (0.01, 0.0), "cost": (0.01, 0.0), "slo_attainment": (0.0, 1e-3),
+                   "unmet_minutes": (0.0, 5.0), "prewarm_gpu_hours": (0.0, 0.5), "scale_events": (0.05, 2.0)}
+EXACT = dict.fromkeys(MEASURES, (0.0, 1e-9))
+
+
+@pytest.mark.parametrize(
+    ("other", "tolerance"),
+    [("from_export", EXACT), ("from_truth", TRUTH_TOLERANCE)],
+    ids=["exported-pull-identical", "backfilled-truth-close"],
+)
+def test_own_history_equals_a_trace_backtest_of_the_same_series(own_history: OwnHistory, other: str,
+                                                                tolerance: dict[str, tuple[float, float]]) -> None:
+    doc, ref = own_history.pulled, getattr(own_history, other)
+    assert doc["scenario"]["evaluation_start"] == ref["scenario"]["evaluation_start"]
+    assert doc["scenario"]["capacity_per_replica"] == ref["scenario"]["capacity_per_replica"]
+    assert doc["bound"]["gpu_hours"] == pytest.approx(ref["bound"]["gpu_hours"], rel=tolerance["gpu_hours"][0])
+    for name in POLICIES:
+        got, want = doc["policies"][name], ref["policies"][name]
+        for measure in MEASURES:
+            rel, abs_ = tolerance[measure]
+            assert got[measure] == pytest.approx(want[measure], rel=rel, abs=abs_), (name, measure)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trace", "t.csv", "--prometheus", "http://127.0.0.1:9"], "give one"),
+        (["--prometheus", "http://127.0.0.1:9"], "--scaler FILE.yaml"),
+        (["--prometheus", "http://127.0.0.1:1", "--scaler", "scaler.yaml"], "127.0.0.1:1"),
+        (["--scaler", "bad.yaml", "--trace", "t.csv"], "capacity"),
+        (["--scaler", "two.yaml", "--trace", "t.csv"], "--name"),
+        (["--trace", "t.csv", "--end", "2024-01-01"], "--prometheus"),
+    ],
+    ids=["both-sources", "no-manifest", "unreachable", "invalid-manifest", "two-scalers", "end-without-prometheus"],
+)
+def test_own_history_errors_say_what_to_do(tmp_path: Path, trace_file: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scaler.yaml").write_text(SCALER)
+    (tmp_path / "bad.yaml").write_text(SCALER.replace("capacity: {requestsPerReplica: 200}", ""))
+    (tmp_path / "two.yaml").write_text(SCALER + "---\n" + SCALER.replace("name: llm, namespace", "name: b, namespace"))
+    assert main(["backtest", *argv, "--no-progress", "--timeout", "2"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("days", "end_shift", "message"),
+    [(10, timedelta(0), "10.0 days < 14 days"), (21, timedelta(days=400), "no data")],
+    ids=["short", "empty"],
+)
+def test_short_or_empty_own_history_is_refused(prometheus_server: BackfilledPrometheus, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str], days: int, end_shift: timedelta,
+                                               message: str) -> None:
+    (tmp_path / "scaler.yaml").write_text(SCALER)
+    end = prometheus_server.history.trace.end + end_shift
+    code = main(["backtest", "--prometheus", prometheus_server.url, "--scaler", str(tmp_path / "scaler.yaml"),
+                 "--end", end.isoformat(), "--days", str(days), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "ml/llm" in err
