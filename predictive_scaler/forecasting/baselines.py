@@ -346,15 +346,20 @@ def _hw_point(
 @dataclass
 class HoltWintersForecaster:
     window: float = 3 * DAY
+    #: Seasonal period in seconds (a day by default).
+    season: float = DAY
     kind: ClassVar[str] = "holt-winters"
 
     def fit(self, history: Series) -> HoltWintersModel:
         from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
-        season = max(2, DAY // history.step_seconds)
-        if len(history) < 3 * season:
+        season = max(2, int(self.season // history.step_seconds))
+        # Three daily cycles; a longer season needs two whole cycles to tell them apart.
+        need = max(3 * max(2, DAY // history.step_seconds), 2 * season + 10)
+        if len(history) < need:
             raise InsufficientHistoryError(
-                f"{history.name}: Holt-Winters needs at least 3 days of history; supply more"
+                f"{history.name}: Holt-Winters with a {self.season / DAY:g}-day season needs at least "
+                f"{need * history.step_seconds / DAY:.1f} days of history; supply more"
             )
         c = choose_log_offset(history.values)
         logy = to_log(history.values, c)

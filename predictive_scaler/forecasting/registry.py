@@ -19,11 +19,14 @@ _KINDS: dict[str, tuple[str, str, str]] = {
     "persistence": ("predictive_scaler.forecasting.baselines", "PersistenceForecaster", "PersistenceModel"),
     "seasonal-naive": ("predictive_scaler.forecasting.baselines", "SeasonalNaiveForecaster", "SeasonalNaiveModel"),
     "holt-winters": ("predictive_scaler.forecasting.baselines", "HoltWintersForecaster", "HoltWintersModel"),
+    "ensemble": ("predictive_scaler.forecasting.ensemble", "EnsembleForecaster", "EnsembleModel"),
     "calibrated": ("predictive_scaler.forecasting.calibration", "", "CalibratedModel"),
 }
 
 #: Kinds a user may ask `evaluate --models` / `train` for (calibrated is a wrapper, not a choice).
-FORECASTER_KINDS: tuple[str, ...] = ("arima", "prophet", "persistence", "seasonal-naive", "holt-winters")
+FORECASTER_KINDS: tuple[str, ...] = (
+    "arima", "prophet", "persistence", "seasonal-naive", "holt-winters", "ensemble",
+)
 
 
 def _load(kind: str, which: int) -> Any:
