@@ -270,20 +270,24 @@ class ReactiveBehavior(_Settings):
 class DriftSettings(_Settings):
     fast_periods: int = field(default=3, metadata=_m(
         "Drift when this many consecutive observations are far outside the forecast (above P95 by farAboveMargin, "
-        "or below P50 by farBelowRatio). Default: 3.", minimum=1, maximum=100))
+        "or below P50 by farBelowRatio) beyond their usual spread around their model step's mean, or this many "
+        "consecutive completed model steps' means are. Default: 3.", minimum=1, maximum=100))
     window_periods: int = field(default=30, metadata=_m(
-        "Observations in the rolling window for the slower share-based checks. Default: 30.", minimum=2, maximum=500))
+        "Completed model steps in the rolling window for the slower share-based checks (each step's mean is "
+        "judged against the forecast for it). Default: 30.", minimum=2, maximum=500))
     min_window_periods: int = field(default=10, metadata=_m(
-        "Observations the window needs before its shares are judged. Default: 10.", minimum=1, maximum=500))
+        "Completed model steps the window needs before its shares are judged. Default: 10.", minimum=1, maximum=500))
     max_above_fraction: float = field(default=0.3, metadata=_m(
-        "Under-forecast drift when more than this share of the window is above the P95 (a good P95 is exceeded "
+        "Under-forecast drift when more than this share of the window's step means is above the P95 (a good P95 "
+        "is exceeded "
         "about 5 % of the time). Default: 0.3.", minimum=0.05, maximum=1))
     far_above_margin: float = field(default=0.1, metadata=_m(
         "'Far above' means above P95 x (1 + this). Default: 0.1.", minimum=0, maximum=10))
     far_below_ratio: float = field(default=0.8, metadata=_m(
         "'Far below' means below P50 x this. Default: 0.8.", minimum=0, maximum=1, exclusive_maximum=True))
     max_far_below_fraction: float = field(default=0.5, metadata=_m(
-        "Over-forecast drift when more than this share of the window is far below the P50 (wasted money). "
+        "Over-forecast drift when more than this share of the window's step means is far below the P50 "
+        "(wasted money). "
         "Default: 0.5.", minimum=0.05, maximum=1))
     recovery_seconds: int = field(default=900, metadata=_m(
         "After drift, return to predictive only once the forecast has been good this long (hysteresis). Default: 900.",

@@ -1,19 +1,29 @@
 """Forecast-versus-reality monitor, both directions, with hysteresis.
 
-Each valid demand observation is compared with the forecast issued *before*
-it for the model step it falls in (kept in :class:`DriftState.pending`):
+The forecast is of each model step's *mean* (5 minutes by default), so that is
+what is judged: the observations made in a step are accumulated and, when the
+step completes, their mean is compared with the forecast issued *before* it for
+that step (kept in :class:`DriftState.pending`):
 
 - far above: above P95 × (1 + farAboveMargin) — under-forecast, risks the SLO;
 - far below: below P50 × farBelowRatio — over-forecast, wastes money;
 - differences smaller than a tenth of one replica's capacity never count,
   so near-zero traffic cannot flap the monitor.
 
-Drift starts on ``fastPeriods`` consecutive far-off observations in one
-direction (a level shift is caught within a few control periods), or when the
-rolling window's share above P95 exceeds ``maxAboveFraction`` (a good P95 is
-exceeded ~5 % of the time) or its share far below P50 exceeds
-``maxFarBelowFraction``. It ends only after the forecast has been good (no
-observation far off) for ``recoverySeconds``; any far-off observation restarts that clock.
+A level shift must still be caught within a few control periods, long before a
+step completes, so single observations are also watched — but single
+observations scatter around their step's mean, and on bursty traffic three in a
+row fall outside the step-mean bands by chance every night. An observation
+therefore counts as far off only beyond the bands *plus* ``NOISE_Z`` times the
+observations' usual spread around their step mean (learned from the completed
+steps, smoothed; until a first step has completed, single observations are not
+judged). Drift starts on ``fastPeriods`` such consecutive
+observations in one direction, on ``fastPeriods`` consecutive completed steps
+far off, or when the rolling window of completed steps has more than
+``maxAboveFraction`` above the P95 (a good P95 is exceeded ~5 % of the time) or
+more than ``maxFarBelowFraction`` far below the P50. It ends only after the
+forecast has been good (no observation nor step far off) for
+``recoverySeconds``; anything far off restarts that clock.
 """
 
 from __future__ import annotations
@@ -28,11 +38,20 @@ from predictive_scaler.policy.state import (
     OK,
     DriftState,
     PendingForecast,
+    StepAccumulator,
 )
 from predictive_scaler.spec import DriftSettings
 
 #: Pending forecasts kept: enough steps to outlive a few missed model updates.
 MAX_PENDING = 6
+
+#: How many spreads beyond the bands one observation must lie to count as far off: with
+#: roughly normal scatter ~2 % of observations do by chance, 3 in a row ~1e-5.
+NOISE_Z = 2.0
+#: Weight of the newest completed step in the smoothed spread (~5 steps of memory).
+NOISE_ALPHA = 0.2
+#: A single step's relative spread counts at most this much (one wild step cannot mute the monitor).
+NOISE_CV_CAP = 1.0
 
 UNDER = "under-forecast"
 OVER = "over-forecast"
@@ -99,6 +118,21 @@ def trigger(outcomes: tuple[int, ...], settings: DriftSettings) -> tuple[str, st
     return None
 
 
+def _close_step(state: DriftState, settings: DriftSettings, slack: float) -> tuple[DriftState, int | None]:
+    """Judge the accumulated step's mean and learn its spread; (state with no open step, outcome)."""
+    acc = state.step
+    if acc is None or acc.count == 0:
+        return replace(state, step=None), None
+    mean = acc.total / acc.count
+    code = classify(mean, PendingForecast(acc.step_start, acc.p50, acc.pq), settings, slack)
+    noise_var = state.noise_var
+    if acc.count >= 2 and mean > 0:
+        cv2 = min(max(0.0, acc.total_sq / acc.count - mean * mean) / (mean * mean), NOISE_CV_CAP ** 2)
+        noise_var = cv2 if noise_var is None else (1 - NOISE_ALPHA) * noise_var + NOISE_ALPHA * cv2
+    outcomes = (state.outcomes + (code,))[-settings.window_periods:]
+    return replace(state, step=None, noise_var=noise_var, outcomes=outcomes), code
+
+
 def observe(
     state: DriftState,
     settings: DriftSettings,
@@ -113,10 +147,39 @@ def observe(
     p = pending_for(state, now, step_seconds)
     if p is None:
         return state, None
-    code = classify(value, p, settings, slack)
-    outcomes = (state.outcomes + (code,))[-settings.window_periods:]
-    hit = trigger(outcomes, settings)
-    base = replace(state, outcomes=outcomes, last_evaluated_at=now)
+    base = replace(state, last_evaluated_at=now)
+    step_code = None
+    if base.step is not None and base.step.step_start != p.step_start:
+        base, step_code = _close_step(base, settings, slack)
+    acc = base.step if base.step is not None else StepAccumulator(p.step_start, p.p50, p.pq)
+    base = replace(base, step=replace(acc, count=acc.count + 1, total=acc.total + value,
+                                      total_sq=acc.total_sq + value * value))
+
+    level = p.p50 if p.p50 is not None else p.pq
+    spread = NOISE_Z * (base.noise_var or 0.0) ** 0.5 * max(level, 0.0)
+    # Until one step has shown how observations scatter, single ones are not judged.
+    code = OK if base.noise_var is None else classify(value, p, settings, slack + spread)
+    run = base.run
+    if code == FAR_ABOVE:
+        run = run + 1 if run > 0 else 1
+    elif code == FAR_BELOW:
+        run = run - 1 if run < 0 else -1
+    else:
+        run = 0
+    base = replace(base, run=run)
+    k = settings.fast_periods
+    hit: tuple[str, str] | None = None
+    if run >= k:
+        hit = UNDER, (f"the last {k} observations were more than {settings.far_above_margin:.0%} above the "
+                      f"forecast P95, beyond their usual spread of ±{spread:.3g}")
+    elif run <= -k:
+        hit = OVER, (f"the last {k} observations were below {settings.far_below_ratio:.0%} of the forecast "
+                     f"P50, beyond their usual spread of ±{spread:.3g}")
+    elif step_code is not None:
+        hit = trigger(base.outcomes, settings)
+        if hit is not None:
+            hit = hit[0], hit[1].replace("observations", "model-step means")
+    far = code in (FAR_ABOVE, FAR_BELOW) or step_code in (FAR_ABOVE, FAR_BELOW)
     if not state.drifting:
         if hit is None:
             return base, None
@@ -125,11 +188,11 @@ def observe(
         note = (f"forecast drift ({direction}): {why} (latest {value:.4g} vs P50 {median}, "
                 f"P95 {p.pq:.4g})")
         # Fresh evidence from here on: recovery is judged only on what follows.
-        return replace(base, drifting=True, direction=direction, since=now, good_since=None, outcomes=(),
+        return replace(base, drifting=True, direction=direction, since=now, good_since=None, outcomes=(), run=0,
                        reason=note, note=note, note_at=now), note
     if hit is not None:
-        return replace(base, good_since=None, outcomes=()), None
-    if code in (FAR_ABOVE, FAR_BELOW):
+        return replace(base, good_since=None, outcomes=(), run=0), None
+    if far:
         # Still far off: the forecast is not good yet, whatever the window says.
         return replace(base, good_since=None), None
     good_since = state.good_since if state.good_since is not None else now

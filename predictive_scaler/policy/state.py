@@ -34,8 +34,21 @@ class PendingForecast:
 
 
 @dataclass(frozen=True)
+class StepAccumulator:
+    """Observations so far in one model step, with the forecast issued for that step."""
+
+    step_start: float
+    p50: float | None
+    pq: float
+    count: int = 0
+    total: float = 0.0
+    total_sq: float = 0.0
+
+
+@dataclass(frozen=True)
 class DriftState:
     pending: tuple[PendingForecast, ...] = ()
+    #: One outcome per completed model step: its mean against the forecast for it.
     outcomes: tuple[int, ...] = ()
     last_evaluated_at: float | None = None
     drifting: bool = False
@@ -47,6 +60,12 @@ class DriftState:
     reason: str | None = None
     note: str | None = None
     note_at: float | None = None
+    #: The model step being observed now (its mean is judged when it completes).
+    step: StepAccumulator | None = None
+    #: Smoothed squared relative spread of observations around their step's mean (None: not seen yet).
+    noise_var: float | None = None
+    #: Consecutive observations far off beyond that spread: > 0 above, < 0 below.
+    run: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,10 @@ class PlannerState:
                 "reason": d.reason,
                 "note": d.note,
                 "noteAt": d.note_at,
+                "step": None if d.step is None else [d.step.step_start, d.step.p50, d.step.pq, d.step.count,
+                                                     d.step.total, d.step.total_sq],
+                "noiseVar": d.noise_var,
+                "run": d.run,
             },
         }
 
@@ -124,6 +147,9 @@ class PlannerState:
                     reason=_opt_str(d.get("reason")),
                     note=_opt_str(d.get("note")),
                     note_at=_opt_time(d.get("noteAt")),
+                    step=_step(d.get("step")),
+                    noise_var=None if d.get("noiseVar") is None else _finite(d.get("noiseVar")),
+                    run=int(d.get("run", 0)),
                 ),
             )
         except ConfigError:
@@ -140,6 +166,21 @@ def _time(v: Any) -> float:
     if not math.isfinite(t):
         raise ValueError(f"time {v!r} is not finite")
     return t
+
+
+def _finite(v: Any) -> float:
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"{v!r} is not finite")
+    return f
+
+
+def _step(v: Any) -> StepAccumulator | None:
+    if v is None:
+        return None
+    start, p50, pq, count, total, total_sq = v
+    return StepAccumulator(_time(start), None if p50 is None else _finite(p50), _finite(pq), int(count),
+                           _finite(total), _finite(total_sq))
 
 
 def _opt_time(v: Any) -> float | None:

@@ -25,12 +25,22 @@ def run(values: list[float], p50: float = 100.0, p95: float = 110.0, state: Drif
     return s, trail
 
 
+GOOD_STEP = [100.0, 104.0, 96.0, 102.0, 98.0]  # one model step, scatter ~3 %: the monitor learns the spread
+
 CASES = [
     ("good", [100, 104, 96, 108, 99] * 6, None),
-    ("under-fast", [100, 100, 130, 131, 129], UNDER),
-    ("over-fast", [100, 100, 70, 72, 69], OVER),
-    ("under-window", [100, 112, 100, 113, 100, 112, 100, 114, 112, 100, 113, 100], UNDER),  # >30 % above P95
-    ("one-spike-is-not-drift", [100, 100, 200, 100, 100, 100], None),
+    ("under-fast", GOOD_STEP + [100, 100, 130, 131, 129], UNDER),
+    ("over-fast", GOOD_STEP + [100, 100, 70, 72, 69], OVER),
+    # Step means: half the steps above the P95 (112 > 110) though none far above it — > 30 % of the window.
+    ("under-window", ([112.0] * 5 + [100.0] * 5) * 6, UNDER),
+    ("over-window", ([75.0] * 5 + [100.0] * 5) * 6 + [75.0] * 5, OVER),
+    ("one-spike-is-not-drift", GOOD_STEP + [100, 100, 200, 100, 100, 100], None),
+    # Bursty minutes (cv ~40 %) whose step means match the forecast: three low minutes in a row
+    # are far below 0.8 × P50 one by one, but well within their usual spread.
+    ("bursty-minutes-good-means", [60.0, 60.0, 60.0, 160.0, 160.0] * 12, None),
+    # On such noisy traffic single minutes cannot prove a shift; fastPeriods completed step means can.
+    ("bursty-minutes-shift-down", [60.0, 60.0, 60.0, 160.0, 160.0] * 6 + [30.0] * 16, OVER),
+    ("bursty-minutes-short-dip", [60.0, 60.0, 60.0, 160.0, 160.0] * 6 + [30.0] * 10 + [100.0] * 6, None),
 ]
 
 
@@ -42,7 +52,7 @@ def test_triggers(values: list[float], direction: str | None) -> None:
 
 
 def test_recovery_needs_the_configured_while_and_far_values_restart_it() -> None:
-    s, _ = run([130, 130, 130])
+    s, _ = run(GOOD_STEP + [130, 130, 130])
     assert s.drifting
     t0 = s.last_evaluated_at or 0.0
     # Good for 10 minutes, then one far-off value, then good again: recovery counts from after it.
@@ -53,6 +63,13 @@ def test_recovery_needs_the_configured_while_and_far_values_restart_it() -> None
 
 
 def test_same_time_is_evaluated_once() -> None:
-    s, _ = run([130, 130])
+    s, _ = run(GOOD_STEP + [130, 130])
     again, _ = observe(s, SETTINGS, 130.0, s.last_evaluated_at or 0.0, STEP, slack=1.0)
     assert again == s
+
+
+def test_steps_are_judged_on_their_mean_and_spread_is_learned() -> None:
+    s, trail = run([90.0, 110.0] * 5 + [100.0])
+    assert s.outcomes and all(o == 0 for o in s.outcomes)  # means of 100 vs P50 100 / P95 110
+    assert s.noise_var is not None and 0.005 < s.noise_var < 0.02  # ±10 % scatter
+    assert all(t.run == 0 for t in trail)
