@@ -99,19 +99,21 @@ class ScalerScenario:
 
 
 #: Scenario settings a manifest can set; the others (preset, training, horizons, …) are the backtest's own.
-_MAPPED = ("capacity_per_replica", "peak_replicas", "target_utilization", "min_replicas", "max_replicas",
+_MAPPED = ("capacity_per_replica", "peak_replicas", "target_utilization", "demand_unit_seconds",
+           "min_replicas", "max_replicas",
            "quantile", "control_period", "cluster.gpus_per_replica", "cluster.gpus_per_node",
            "cluster.price_per_gpu_hour", "cluster.pod_start_s", "cluster.model_load_s",
            "cluster.node_provision_s", "cluster.image_pull_s")
 
 
-def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any]) -> ScalerScenario:
+def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any], *, per_second: bool = False) -> ScalerScenario:
     """Lay a PredictiveScaler's camelCase ``spec`` over ``base``: what the manifest says explicitly wins.
 
     - Capacity always comes from the manifest (the CRD requires it): for ``requests`` demand a
       simulated replica serves ``requestsPerReplica`` and every policy plans on all of it
       (``target_utilization`` 1, as the controller does); for ``dcgm-busy-gpus`` a replica serves
-      its GPUs fully busy and policies plan at ``gpuUtilizationTarget``.
+      its GPUs fully busy and policies plan at ``gpuUtilizationTarget``. ``per_second``: request
+      demand is per second (a Prometheus rate), so unserved requests count ``demand_unit_seconds`` 1.
     - ``minReplicas``, ``maxReplicas``, ``quantile``, ``controlPeriodSeconds``, ``gpusPerReplica``,
       ``prewarm.gpusPerNode`` and ``prewarm.budget.pricePerGpuHour`` replace the scenario's settings.
     - ``leadTimes`` reshape the simulated cluster so its warm and cold start times equal them,
@@ -141,16 +143,22 @@ def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any]) -> ScalerSc
     if spec.demand.kind == "dcgm-busy-gpus":
         changes.update(capacity_per_replica=float(spec.gpus_per_replica), peak_replicas=None,
                        target_utilization=spec.capacity.gpu_utilization_target)
-        taken.update(capacity_per_replica="spec.gpusPerReplica (busy GPUs a full replica serves)",
-                     peak_replicas="spec.demand.kind (capacity given, no sizing)",
+        taken.update(capacity_per_replica="spec.gpusPerReplica", peak_replicas="spec.demand.kind",
                      target_utilization="spec.capacity.gpuUtilizationTarget")
+        notes.append("busy-GPU demand: a simulated replica serves its GPUs fully busy; every policy plans "
+                     "at gpuUtilizationTarget")
     else:
         assert spec.capacity.requests_per_replica is not None  # the spec requires it for requests
         changes.update(capacity_per_replica=spec.capacity.requests_per_replica, peak_replicas=None,
                        target_utilization=1.0)
         taken.update(capacity_per_replica="spec.capacity.requestsPerReplica",
-                     peak_replicas="spec.capacity.requestsPerReplica (capacity given, no sizing)",
-                     target_utilization="spec.capacity.requestsPerReplica (planned on in full)")
+                     peak_replicas="spec.capacity.requestsPerReplica",
+                     target_utilization="spec.capacity.requestsPerReplica")
+        notes.append("request demand: a simulated replica serves requestsPerReplica and every policy plans on "
+                     "all of it, as the controller does (target_utilization 1, no peak_replicas sizing)")
+        if per_second:
+            changes["demand_unit_seconds"] = 1.0
+            taken["demand_unit_seconds"] = "spec.demand.query (a Prometheus rate is per second)"
     for key, field_name, value in (
         (("minReplicas",), "min_replicas", spec.min_replicas),
         (("maxReplicas",), "max_replicas", spec.max_replicas),
@@ -290,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
     mapped: ScalerScenario | None = None
     if target is not None:
         assert target.spec is not None
-        mapped = scenario_for_scaler(scenario, _spec_doc(args.scaler, target))
+        mapped = scenario_for_scaler(scenario, _spec_doc(args.scaler, target),
+                                     per_second=args.prometheus is not None)
         scenario = mapped.scenario
     changes: dict[str, Any] = {}
     if args.peak_replicas is not None:
@@ -340,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
         setup = result.setup
         print(f"trace: {setup.trace.source}  scenario: {scenario.name} (preset {scenario.preset})")
         if target is not None and mapped is not None:
-            _print_origins(target.key, args.scaler, scenario.name, mapped)
+            _print_origins(target.key, args.scaler, scenario, mapped)
         print(f"training {setup.describe()['training']}, evaluated {setup.describe()['evaluation']} from "
               f"{setup.eval_start.isoformat()}; capacity {setup.capacity_per_replica:.4g}/replica, "
               f"peak {setup.peak_replicas}, max {setup.max_replicas} replicas")
@@ -417,11 +426,22 @@ def _pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     return replace(series, source=f"{args.prometheus} {query}")
 
 
-def _print_origins(key: str, manifest: Path, scenario_name: str, mapped: ScalerScenario) -> None:
-    print(f"scaler: {key} ({manifest}) over scenario {scenario_name}; explicit manifest settings win")
-    taken = ", ".join(f"{k} ← {v}" for k, v in mapped.from_manifest.items())
-    print(f"  from the manifest: {taken}; the predictive policy runs its spec")
-    print(f"  from the scenario: {', '.join(mapped.from_scenario) or 'nothing'}, and everything else "
-          "(preset, training, horizons, forecasters, policies)")
+def _print_origins(key: str, manifest: Path, scenario: Scenario, mapped: ScalerScenario) -> None:
+    settings = scenario.to_dict()
+
+    def value(setting: str) -> Any:
+        group, _, name = setting.rpartition(".")
+        found = settings[group][name] if group else settings[setting]
+        return f"{found:g}" if isinstance(found, float) else found
+
+    print(f"scaler: {key} ({manifest}) over scenario {scenario.name}: the manifest's explicit settings win")
+    by_field: dict[str, list[str]] = {}
+    for setting, source in mapped.from_manifest.items():
+        by_field.setdefault(source, []).append(f"{setting}={value(setting)}")
+    for source, taken in by_field.items():
+        print(f"  {source} → {', '.join(taken)}")
+    print(f"  from the scenario: {', '.join(f'{s}={value(s)}' for s in mapped.from_scenario) or 'nothing'}, "
+          "and the rest (preset, training, horizons, forecasters, policies)")
+    print("  the predictive policy runs the manifest's spec laid over the scenario's spec section")
     for note in mapped.notes:
         print(f"  note: {note}")

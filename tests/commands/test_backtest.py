@@ -156,6 +156,7 @@ def test_own_history_runs_every_policy_with_the_manifest_over_the_scenario(own_h
     assert scenario["name"] == "own-history"
     assert scenario["capacity_per_replica"] == 200 and scenario["max_replicas"] == 14
     assert scenario["quantile"] == 0.9 and scenario["target_utilization"] == 1.0
+    assert scenario["demand_unit_seconds"] == 1.0  # a Prometheus rate is per second
     assert scenario["cluster"]["gpus_per_node"] == 2 and scenario["cluster"]["price_per_gpu_hour"] == 3.0
     cluster = scenario["cluster"]
     assert cluster["pod_start_s"] + cluster["model_load_s"] == pytest.approx(60)
@@ -247,3 +248,60 @@ def test_short_or_empty_own_history_is_refused(prometheus_server: BackfilledProm
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and "ml/llm" in err
+
+
+BASE_SPEC = {"target": {"name": "llm"}, "demand": {"query": "sum(rate(x[5m]))"}, "capacity": {"requestsPerReplica": 50}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect", "from_scenario"),
+    [
+        ({}, {"capacity_per_replica": 50, "peak_replicas": None, "target_utilization": 1.0, "max_replicas": None,
+              "demand_unit_seconds": 60.0}, ("max_replicas", "quantile", "cluster.gpus_per_node")),
+        ({"demand": {"kind": "dcgm-busy-gpus"}, "capacity": {"gpuUtilizationTarget": 0.6}, "gpusPerReplica": 2},
+         {"capacity_per_replica": 2.0, "target_utilization": 0.6, "cluster.gpus_per_replica": 2}, ("min_replicas",)),
+        ({"minReplicas": 2, "maxReplicas": 30, "controlPeriodSeconds": 30, "quantile": 0.99},
+         {"min_replicas": 2, "max_replicas": 30, "control_period": "30s", "quantile": 0.99}, ("cluster.gpus_per_node",)),
+        ({"leadTimes": {"nodeStartSeconds": 700}},
+         {"cluster.pod_start_s": 10.0, "cluster.model_load_s": 60.0, "cluster.node_provision_s": 630 * 50 / 350,
+          "cluster.image_pull_s": 630 * 300 / 350}, ("cluster.pod_start_s",)),
+        ({"prewarm": {"enabled": False}, "mode": "scale"}, {"spec.prewarm": {"enabled": False, "budget": {"maxGpus": 8}}},
+         ("cluster.price_per_gpu_hour",)),
+    ],
+    ids=["defaults-stay-the-scenarios", "busy-gpus", "replicas-period-quantile", "node-lead-time", "prewarm-off"],
+)
+def test_the_manifest_is_laid_over_the_scenario(extra: dict[str, Any], expect: dict[str, Any],
+                                                from_scenario: tuple[str, ...]) -> None:
+    from predictive_scaler.backtest.scenario import Scenario
+    from predictive_scaler.commands.backtest import _merge, scenario_for_scaler
+
+    base = Scenario(spec={"prewarm": {"enabled": True, "budget": {"maxGpus": 8}}})
+    mapped = scenario_for_scaler(base, _merge(BASE_SPEC, extra))
+    got = mapped.scenario.to_dict()
+    for setting, want in expect.items():
+        group, _, name = setting.rpartition(".")
+        value = got[group][name] if group else got[setting]
+        assert value == (pytest.approx(want) if isinstance(want, float) else want), setting
+    assert set(from_scenario) <= set(mapped.from_scenario)
+    assert not set(mapped.from_manifest) & set(mapped.from_scenario)
+    assert any("mode" in n for n in mapped.notes) == (extra.get("mode") != "scale")
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"leadTimes": {"nodeStartSeconds": 30}}, "spec.leadTimes.nodeStartSeconds"),
+        ({"gpusPerReplica": 8}, "gpus_per_replica"),
+        ({"capacity": {}}, "spec.capacity.requestsPerReplica"),
+    ],
+    ids=["node-faster-than-warm", "replica-larger-than-node", "no-capacity"],
+)
+def test_a_manifest_that_does_not_fit_the_scenario_is_refused(extra: dict[str, Any], field: str) -> None:
+    from predictive_scaler.backtest.scenario import Scenario
+    from predictive_scaler.commands.backtest import scenario_for_scaler
+    from predictive_scaler.errors import ConfigError
+
+    doc = {**BASE_SPEC, **extra}
+    with pytest.raises(ConfigError) as info:
+        scenario_for_scaler(Scenario(), doc)
+    assert info.value.field == field
