@@ -202,6 +202,9 @@ def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any], *, per_seco
                               field=exc.field) from exc
 
     overlay = {k: v for k, v in spec_doc.items() if k != "mode"}
+    if spec.model.step_seconds < DEFAULT_MODEL_STEP and isinstance(overlay.get("model"), Mapping):
+        # The harness models finer histories at its own 5-minute step; the spec must say the same.
+        overlay["model"] = {k: v for k, v in overlay["model"].items() if k != "stepSeconds"}
     if spec_doc.get("mode", "forecast-only") != "scale":
         notes.append(f"mode {spec.mode} in the manifest; the backtest simulates mode scale")
     planner_spec = dict(base.spec)

@@ -267,8 +267,10 @@ BASE_SPEC = {"target": {"name": "llm"}, "demand": {"query": "sum(rate(x[5m]))"},
           "cluster.image_pull_s": 630 * 300 / 350}, ("cluster.pod_start_s",)),
         ({"prewarm": {"enabled": False}, "mode": "scale"}, {"spec.prewarm": {"enabled": False, "budget": {"maxGpus": 8}}},
          ("cluster.price_per_gpu_hour",)),
+        ({"model": {"stepSeconds": 60, "name": "m"}}, {"spec.model": {"name": "m"}}, ("quantile",)),
     ],
-    ids=["defaults-stay-the-scenarios", "busy-gpus", "replicas-period-quantile", "node-lead-time", "prewarm-off"],
+    ids=["defaults-stay-the-scenarios", "busy-gpus", "replicas-period-quantile", "node-lead-time", "prewarm-off",
+         "fine-model-step"],
 )
 def test_the_manifest_is_laid_over_the_scenario(extra: dict[str, Any], expect: dict[str, Any],
                                                 from_scenario: tuple[str, ...]) -> None:
