@@ -167,3 +167,22 @@ def test_persistence_refuses_a_window_without_observations(fitted):
     empty = make_daily(days=11, seed=3, gaps=((0, 11 * DAY),))
     with pytest.raises(ModelError, match="too few observations"):
         fitted["persistence"].forecast(empty, 3, (0.5,))
+
+
+@pytest.mark.parametrize(
+    ("season_days", "days", "fits"),
+    [(1, 10, True), (7, 10, False), (7, 15, True)],
+    ids=["daily-10d", "weekly-10d-too-short", "weekly-15d"],
+)
+def test_holt_winters_season_length_needs_two_whole_seasons(season_days, days, fits):
+    from predictive_scaler.forecasting.baselines import HoltWintersForecaster
+
+    history = make_daily(days=days, seed=2)
+    forecaster = HoltWintersForecaster(season=season_days * 86400)
+    if not fits:
+        with pytest.raises(InsufficientHistoryError, match=f"{season_days}-day season"):
+            forecaster.fit(history)
+        return
+    model = forecaster.fit(history)
+    assert len(model.profile) == season_days * DAY
+    assert np.all(np.isfinite(model.forecast(history, 6, (0.5, 0.95)).values))
