@@ -208,6 +208,11 @@ class DemandSignal(_Settings):
     max_age_seconds: int = field(default=180, metadata=_m(
         "An observation older than this is stale and treated as missing (a frozen exporter must not look healthy). Default: 180.",
         minimum=15, maximum=3600))
+    intra_step_peak_factor: float = field(default=1.0, metadata=_m(
+        "The forecast is of each model step's mean, but demand is served minute by minute: predictive sizing "
+        "multiplies the forecast by this factor to cover the peaks inside a step. Learn it from history as a high "
+        "quantile of (demand at the control period ÷ its model-step mean), e.g. `predictive-scaler backtest` "
+        "estimates it from the training window. 1 = no allowance. Default: 1.", minimum=1, maximum=10))
 
     def _check(self) -> None:
         if self.kind == "requests" and self.query is None:

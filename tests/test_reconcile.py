@@ -325,3 +325,17 @@ def test_recent_window_follows_the_model_unless_set(configured: int | None, mode
                             FakeClock(START))
     reconciler.step(PlannerState())
     assert metrics.windows == [expected]
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.3, 2.0], ids=["none", "1.3", "2"])
+def test_intra_step_peak_factor_sizes_above_the_step_mean_forecast(factor: float) -> None:
+    spec = make_spec(demand={"query": "sum(rate(requests_total[2m]))", "intraStepPeakFactor": factor})
+    run = Run(spec, lambda t: 100.0, lambda t: 100.0, cv=0.0)
+    result = run.minutes(2)[-1]
+    d = result.decision
+    assert d.strategy == "predictive"
+    assert d.predicted_replicas == math.ceil(d.forecast_pod_lead * factor / CAPACITY - 1e-9)
+    text = " ".join(d.reasons)
+    assert ("intraStepPeakFactor" in text) == (factor != 1.0)
+    if factor != 1.0:
+        assert f"× {factor:g}" in text

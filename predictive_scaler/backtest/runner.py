@@ -148,20 +148,53 @@ def prepare(trace: Series, scenario: Scenario) -> Setup:
         max_replicas=max_replicas,
         demand=Demand(values, tick, capacity),
         training_values=training_values,
-        spec=build_spec(scenario, capacity=capacity, max_replicas=max_replicas, model_step=model_step),
+        spec=build_spec(scenario, capacity=capacity, max_replicas=max_replicas, model_step=model_step,
+                        peak_factor=intra_step_peak_factor(training_values, trace.step_seconds, model_step)),
     )
 
 
-def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int) -> ScalerSpec:
+#: Quantile of (demand ÷ its model-step mean) taken as the intra-step peak factor.
+PEAK_FACTOR_QUANTILE = 0.8
+
+
+def intra_step_peak_factor(training_values: np.ndarray, trace_step: int, model_step: int,
+                           quantile: float = PEAK_FACTOR_QUANTILE) -> float:
+    """How far per-sample demand runs above its model step's mean, from the training window only.
+
+    The forecast is of step means; the simulator serves every sample. The factor is
+    the ``quantile`` of sample ÷ step mean over complete steps with a positive mean
+    (≥ 1; 1 when the trace is no finer than the model step). Nothing after the
+    training window is read.
+    """
+    per_step = model_step // trace_step
+    if per_step <= 1:
+        return 1.0
+    n = training_values.size // per_step * per_step
+    steps = np.asarray(training_values[:n], dtype=float).reshape(-1, per_step)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.nanmean(steps, axis=1) if n else np.zeros(0)
+    ok = np.isfinite(means) & (means > 0)
+    ratios = steps[ok] / means[ok, None]
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return 1.0
+    return round(max(1.0, float(np.quantile(ratios, quantile))), 3)
+
+
+def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int,
+               peak_factor: float = 1.0) -> ScalerSpec:
     """The scenario's ``spec`` section laid over what the simulated cluster implies.
 
     The planning capacity of a replica is ``capacity × target_utilization`` (the
-    HPA target); lead times are the simulator's warm and cold start times.
+    HPA target); lead times are the simulator's warm and cold start times; the
+    intra-step peak factor is estimated from the training window
+    (:func:`intra_step_peak_factor`).
     """
     cfg = scenario.cluster
     base: dict[str, Any] = {
         "target": {"name": "backtest"},
-        "demand": {"kind": "requests", "query": "trace replay"},
+        # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
+        "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
         "capacity": {"requestsPerReplica": capacity * scenario.target_utilization},
         "gpusPerReplica": cfg.gpus_per_replica,
         "minReplicas": scenario.min_replicas,

@@ -235,11 +235,17 @@ def plan(
             lead_node = spec.lead_times.node_start_seconds
             q_pod, _ = view.max_over(t, t + lead_pod)
             q_node, node_covered = view.max_over(t, t + lead_node)
-            predicted = clamp(replicas_for(q_pod, cap), lo, hi)
-            raw_pred = replicas_for(q_pod, cap)
+            # The forecast is of step means; per-minute peaks inside a step run above them.
+            peak = spec.demand.intra_step_peak_factor
+            size_pod, size_node = q_pod * peak, q_node * peak
+            predicted = clamp(replicas_for(size_pod, cap), lo, hi)
+            raw_pred = replicas_for(size_pod, cap)
             p = f"P{spec.quantile * 100:g}"
-            reasons.append(f"predictive: {p} demand over the next {lead_pod} s is {q_pod:.4g} {unit}; at "
-                           f"{cap:g} {unit} per replica that needs {raw_pred} replicas")
+            peak_text = "" if peak == 1 else (
+                f", × {peak:g} for the peaks inside a {view.step_seconds // 60:g}-minute step "
+                f"(demand.intraStepPeakFactor) = {size_pod:.4g} {unit}")
+            reasons.append(f"predictive: {p} demand over the next {lead_pod} s is {q_pod:.4g} {unit}{peak_text}; "
+                           f"at {cap:g} {unit} per replica that needs {raw_pred} replicas")
             if raw_pred > hi:
                 limits.append("max-replicas")
                 reasons.append(f"clamped to maxReplicas {hi} (forecast asks for {raw_pred})")
@@ -261,8 +267,9 @@ def plan(
                                f"{reactive.desired}; keeping the reactive floor")
             if spec.prewarm.enabled:
                 placeholders, node_gpus, ph_reasons, ph_limited = _placeholders(
-                    q_node, cap, unit, hi, desired, current, free, gpr, gpn,
-                    allow.gpus - spec_gpus, lead_node, node_covered, allow, currency, p)
+                    size_node, cap, unit, hi, desired, current, free, gpr, gpn,
+                    allow.gpus - spec_gpus, lead_node, node_covered, allow, currency,
+                    p if peak == 1 else f"{p} × intra-step peak factor {peak:g}")
                 spec_gpus += node_gpus
                 reasons.extend(ph_reasons)
                 if ph_limited and "budget" not in limits:

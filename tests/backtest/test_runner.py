@@ -12,7 +12,12 @@ import pytest
 
 from predictive_scaler import reconcile
 from predictive_scaler.backtest.adapters import TraceMetrics
-from predictive_scaler.backtest.runner import prepare, run_backtest
+from predictive_scaler.backtest.runner import (
+    PEAK_FACTOR_QUANTILE,
+    intra_step_peak_factor,
+    prepare,
+    run_backtest,
+)
 from predictive_scaler.backtest.scenario import POLICIES, Scenario, load_scenario
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError, SourceError
 from predictive_scaler.series import Series
@@ -61,6 +66,36 @@ def test_peak_replicas_sizes_from_the_training_window_only() -> None:
     train = trace.values[: 7 * 288]
     assert a.capacity_per_replica == pytest.approx(np.percentile(train, 95) / 10)
     assert a.max_replicas == 20
+
+
+PEAK_CASES = [
+    # (id, one 5-minute step of 1-minute samples repeated, trace step, expected factor)
+    ("flat", [10.0] * 5, 60, 1.0),
+    ("bursts", [5.0, 5.0, 30.0, 30.0, 30.0], 60, 1.5),  # mean 20: 3 of 5 minutes at 1.5 × the mean
+    ("trace-as-coarse-as-the-model", [5.0, 30.0], 300, 1.0),
+]
+
+
+@pytest.mark.parametrize(("step_values", "trace_step", "expected"), [c[1:] for c in PEAK_CASES],
+                         ids=[c[0] for c in PEAK_CASES])
+def test_intra_step_peak_factor(step_values: list[float], trace_step: int, expected: float) -> None:
+    values = np.tile(step_values, 50)
+    assert intra_step_peak_factor(values, trace_step, 300) == pytest.approx(expected)
+
+
+def test_peak_factor_comes_from_the_training_window_only() -> None:
+    minute = daily_trace(step=60)
+    rng = np.random.default_rng(3)
+    bursty = minute.values * rng.choice([0.5, 2.5], size=len(minute), p=[0.75, 0.25])
+    train = 7 * 1440
+    calm_future = Series(np.concatenate([bursty[:train], minute.values[train:]]), minute.start, 60)
+    a, b = prepare(Series(bursty, minute.start, 60), FAST), prepare(calm_future, FAST)
+    factor = a.spec.demand.intra_step_peak_factor
+    assert factor == b.spec.demand.intra_step_peak_factor > 1.2
+    ratios = bursty[:train].reshape(-1, 5) / bursty[:train].reshape(-1, 5).mean(axis=1, keepdims=True)
+    assert factor == pytest.approx(np.quantile(ratios, PEAK_FACTOR_QUANTILE), abs=1e-3)
+    pinned = prepare(calm_future, replace(FAST, spec={**FAST.spec, "demand": {"intraStepPeakFactor": 1.2}}))
+    assert pinned.spec.demand.intra_step_peak_factor == 1.2
 
 
 @pytest.mark.parametrize(
