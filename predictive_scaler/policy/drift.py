@@ -53,6 +53,9 @@ NOISE_ALPHA = 0.2
 #: A single step's relative spread counts at most this much (one wild step cannot mute the monitor).
 NOISE_CV_CAP = 1.0
 
+#: Observations are capped here inside the step sums (no demand is near it; squares stay finite).
+VALUE_CAP = 1e100
+
 UNDER = "under-forecast"
 OVER = "over-forecast"
 
@@ -152,8 +155,8 @@ def observe(
     if base.step is not None and base.step.step_start != p.step_start:
         base, step_code = _close_step(base, settings, slack)
     acc = base.step if base.step is not None else StepAccumulator(p.step_start, p.p50, p.pq)
-    base = replace(base, step=replace(acc, count=acc.count + 1, total=acc.total + value,
-                                      total_sq=acc.total_sq + value * value))
+    x = min(value, VALUE_CAP)  # sums of squares stay finite, so the state stays JSON-able
+    base = replace(base, step=replace(acc, count=acc.count + 1, total=acc.total + x, total_sq=acc.total_sq + x * x))
 
     level = p.p50 if p.p50 is not None else p.pq
     spread = NOISE_Z * (base.noise_var or 0.0) ** 0.5 * max(level, 0.0)

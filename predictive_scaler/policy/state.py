@@ -179,7 +179,7 @@ def _step(v: Any) -> StepAccumulator | None:
     if v is None:
         return None
     start, p50, pq, count, total, total_sq = v
-    return StepAccumulator(_time(start), None if p50 is None else _finite(p50), _finite(pq), int(count),
+    return StepAccumulator(_time(start), None if p50 is None else float(p50), float(pq), int(count),
                            _finite(total), _finite(total_sq))
 
 
