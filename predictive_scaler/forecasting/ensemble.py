@@ -62,7 +62,7 @@ MEMBER_RECIPES: dict[str, tuple[str, dict[str, Any]]] = {
 #: Weights are searched on a simplex grid of this resolution (exhaustive, deterministic).
 WEIGHT_RESOLUTION = 10
 #: Held-out tail the weights are learned on: a quarter of history, between these bounds.
-MIN_VALIDATION = 1 * DAY
+MIN_VALIDATION = DAY // 2
 MAX_VALIDATION = 7 * DAY
 #: The pinball the weights are chosen for (the planner's P95).
 DEFAULT_TARGET_QUANTILE = 0.95
@@ -252,9 +252,10 @@ class EnsembleForecaster:
         step = history.step_seconds
         span = history.span.total_seconds()
         validation = int(min(MAX_VALIDATION, max(MIN_VALIDATION, span / 4)) // step)
-        if len(history) - validation < 3 * DAY // step:
+        # Members that need more than the first part (Holt-Winters: 3 days) are left out.
+        if len(history) - validation < 2 * DAY // step:
             raise InsufficientHistoryError(
-                f"{history.name}: an ensemble needs at least {(3 * DAY + validation * step) / DAY:.1f} days "
+                f"{history.name}: an ensemble needs at least {(2 * DAY + validation * step) / DAY:.1f} days "
                 f"of history (members' fit plus a held-out tail for the weights), got {span / DAY:.1f}; "
                 "supply more history"
             )

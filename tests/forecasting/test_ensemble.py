@@ -136,7 +136,7 @@ def test_weekly_member_beats_the_daily_one_on_weekends_out_of_sample():
 
 def test_too_short_history_is_refused():
     with pytest.raises(InsufficientHistoryError, match="ensemble needs at least"):
-        registry.forecaster("ensemble").fit(make_daily(days=3.5))
+        registry.forecaster("ensemble").fit(make_daily(days=2.5))
 
 
 @pytest.mark.parametrize(
@@ -206,3 +206,10 @@ def test_members_log_offset_is_the_ensembles(model, series):
     member_meds = [m.forecast(recent, 1, (0.5,)).values[0, 0] for m in model.members]
     logs = to_log(np.array(member_meds), model.log_offset)
     assert min(logs) - 1e-9 <= med <= max(logs) + 1e-9
+
+
+def test_short_history_leaves_out_members_that_cannot_fit():
+    """3.5 days: Holt-Winters (3 days) cannot fit before the held-out tail, ARIMA can."""
+    fitted = registry.forecaster("ensemble").fit(make_daily(days=3.5, seed=8))
+    assert fitted.member_kinds == ("arima", "persistence")
+    assert np.all(np.isfinite(fitted.forecast(make_daily(days=4, seed=8), 6, (0.5, 0.95)).values))
