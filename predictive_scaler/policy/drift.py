@@ -16,8 +16,9 @@ observations scatter around their step's mean, and on bursty traffic three in a
 row fall outside the step-mean bands by chance every night. An observation
 therefore counts as far off only beyond the bands *plus* ``NOISE_Z`` times the
 observations' usual spread around their step mean (learned from the completed
-steps, smoothed; until a first step has completed, single observations are not
-judged). Drift starts on ``fastPeriods`` such consecutive
+steps, smoothed; until a first step has completed, and when observations do not
+vary inside a step at all — a source no finer than the model step — single
+observations are not judged, only step means). Drift starts on ``fastPeriods`` such consecutive
 observations in one direction, on ``fastPeriods`` consecutive completed steps
 far off, or when the rolling window of completed steps has more than
 ``maxAboveFraction`` above the P95 (a good P95 is exceeded ~5 % of the time) or
@@ -53,6 +54,8 @@ NOISE_ALPHA = 0.2
 #: A single step's relative spread counts at most this much (one wild step cannot mute the monitor).
 NOISE_CV_CAP = 1.0
 
+#: Relative spread² below which observations inside a step count as not varying at all.
+MIN_NOISE_VAR = 1e-8
 #: Observations are capped here inside the step sums (no demand is near it; squares stay finite).
 VALUE_CAP = 1e100
 
@@ -160,8 +163,11 @@ def observe(
 
     level = p.p50 if p.p50 is not None else p.pq
     spread = NOISE_Z * (base.noise_var or 0.0) ** 0.5 * max(level, 0.0)
-    # Until one step has shown how observations scatter, single ones are not judged.
-    code = OK if base.noise_var is None else classify(value, p, settings, slack + spread)
+    # Until one step has shown how observations scatter, single ones are not judged; nor when
+    # they never scatter (a source no finer than the model step repeats one value per step:
+    # k such observations are one piece of evidence, left to the step-mean checks).
+    single = base.noise_var is not None and base.noise_var > MIN_NOISE_VAR
+    code = classify(value, p, settings, slack + spread) if single else OK
     run = base.run
     if code == FAR_ABOVE:
         run = run + 1 if run > 0 else 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from predictive_scaler.policy.drift import OVER, UNDER, observe
@@ -16,8 +18,7 @@ def run(values: list[float], p50: float = 100.0, p95: float = 110.0, state: Drif
         start: float = 0.0) -> tuple[DriftState, list[DriftState]]:
     pending = tuple(PendingForecast(start + i * STEP, p50, p95) for i in range(len(values) // 5 + 2))
     s = state if state is not None else DriftState()
-    s = DriftState(pending=pending, outcomes=s.outcomes, last_evaluated_at=s.last_evaluated_at,
-                   drifting=s.drifting, direction=s.direction, since=s.since, good_since=s.good_since)
+    s = replace(s, pending=pending)
     trail = []
     for i, v in enumerate(values):
         s, _ = observe(s, SETTINGS, v, start + 60 * i + 1, STEP, slack=1.0)
@@ -40,6 +41,9 @@ CASES = [
     ("bursty-minutes-good-means", [60.0, 60.0, 60.0, 160.0, 160.0] * 12, None),
     # On such noisy traffic single minutes cannot prove a shift; fastPeriods completed step means can.
     ("bursty-minutes-shift-down", [60.0, 60.0, 60.0, 160.0, 160.0] * 6 + [30.0] * 16, OVER),
+    # A source as coarse as the model step repeats one value per step: one far step is not 3 pieces of evidence.
+    ("coarse-source-one-far-step", [100.0] * 10 + [60.0] * 5 + [100.0] * 10, None),
+    ("coarse-source-three-far-steps", [100.0] * 10 + [60.0] * 16, OVER),
     ("bursty-minutes-short-dip", [60.0, 60.0, 60.0, 160.0, 160.0] * 6 + [30.0] * 10 + [100.0] * 6, None),
 ]
 
