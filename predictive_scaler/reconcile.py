@@ -164,8 +164,10 @@ class Reconciler:
         step = self.model_step_seconds
         version = self._version()
         cached, key = self._cached, self._cache_key
+        # Reused only while ``now`` lies in the step after the cached data; a clock that jumped
+        # back before it re-reads (the cached forecast would be from the clock's future).
         if (cached is not None and key is not None and key[:2] == (version, step)
-                and now.timestamp() < key[2] + 2 * step):
+                and key[2] + step <= now.timestamp() < key[2] + 2 * step):
             return cached, None
         try:
             recent = self.metrics.recent(now, self.recent_window, step)

@@ -339,3 +339,13 @@ def test_intra_step_peak_factor_sizes_above_the_step_mean_forecast(factor: float
     assert ("intraStepPeakFactor" in text) == (factor != 1.0)
     if factor != 1.0:
         assert f"× {factor:g}" in text
+
+
+def test_a_clock_jumping_back_never_reuses_a_forecast_from_its_future() -> None:
+    run = Run(make_spec(), lambda t: 100.0, lambda t: 100.0)
+    run.minutes(12)
+    run.clock.advance(-600)  # NTP correction: ten minutes back
+    back = run.minutes(5)
+    for r in back:
+        assert r.forecast is not None and r.forecast.issued_at <= r.now
+        assert r.decision.strategy == "predictive", r.decision.reasons

@@ -14,11 +14,12 @@ A level shift must still be caught within a few control periods, long before a
 step completes, so single observations are also watched — but single
 observations scatter around their step's mean, and on bursty traffic three in a
 row fall outside the step-mean bands by chance every night. An observation
-therefore counts as far off only beyond the bands *plus* ``NOISE_Z`` times the
-observations' usual spread around their step mean (learned from the completed
-steps, smoothed; until a first step has completed, and when observations do not
+therefore counts as far off only beyond the bands widened by the
+observations' usual scatter around their step mean (learned from the completed
+steps, smoothed): the far-above band is multiplied and the far-below band
+divided by 1 + ``NOISE_Z`` × that relative scatter. When observations do not
 vary inside a step at all — a source no finer than the model step — single
-observations are not judged, only step means). Drift starts on ``fastPeriods`` such consecutive
+observations are not judged, only step means. Drift starts on ``fastPeriods`` such consecutive
 observations in one direction, on ``fastPeriods`` consecutive completed steps
 far off, or when the rolling window of completed steps has more than
 ``maxAboveFraction`` above the P95 (a good P95 is exceeded ~5 % of the time) or
@@ -100,6 +101,15 @@ def classify(value: float, p: PendingForecast, settings: DriftSettings, slack: f
     return OK
 
 
+def classify_single(value: float, p: PendingForecast, settings: DriftSettings, slack: float, widen: float) -> int:
+    """One observation against its step's bands widened by ``widen`` (≥ 1) for its usual scatter."""
+    if value > p.pq * (1 + settings.far_above_margin) * widen + slack:
+        return FAR_ABOVE
+    if p.p50 is not None and value < p.p50 * settings.far_below_ratio / widen - slack:
+        return FAR_BELOW
+    return OK
+
+
 def trigger(outcomes: tuple[int, ...], settings: DriftSettings) -> tuple[str, str] | None:
     """(direction, explanation) if ``outcomes`` show drift."""
     k = settings.fast_periods
@@ -157,17 +167,17 @@ def observe(
     step_code = None
     if base.step is not None and base.step.step_start != p.step_start:
         base, step_code = _close_step(base, settings, slack)
-    acc = base.step if base.step is not None else StepAccumulator(p.step_start, p.p50, p.pq)
+    # The step is judged against the newest forecast for it (none of them saw the step's own data).
+    acc = StepAccumulator(p.step_start, p.p50, p.pq) if base.step is None else replace(base.step, p50=p.p50, pq=p.pq)
     x = min(value, VALUE_CAP)  # sums of squares stay finite, so the state stays JSON-able
     base = replace(base, step=replace(acc, count=acc.count + 1, total=acc.total + x, total_sq=acc.total_sq + x * x))
 
-    level = p.p50 if p.p50 is not None else p.pq
-    spread = NOISE_Z * (base.noise_var or 0.0) ** 0.5 * max(level, 0.0)
-    # Until one step has shown how observations scatter, single ones are not judged; nor when
-    # they never scatter (a source no finer than the model step repeats one value per step:
-    # k such observations are one piece of evidence, left to the step-mean checks).
-    single = base.noise_var is not None and base.noise_var > MIN_NOISE_VAR
-    code = classify(value, p, settings, slack + spread) if single else OK
+    # Bands widened multiplicatively by the usual scatter (bursty traffic scatters in proportion).
+    widen = 1 + NOISE_Z * (base.noise_var or 0.0) ** 0.5
+    # A source that never varies inside a step (no finer than the model step) repeats one value:
+    # k such observations are one piece of evidence, left to the step-mean checks.
+    coarse = base.noise_var is not None and base.noise_var <= MIN_NOISE_VAR
+    code = OK if coarse else classify_single(value, p, settings, slack, widen)
     run = base.run
     if code == FAR_ABOVE:
         run = run + 1 if run > 0 else 1
@@ -180,10 +190,10 @@ def observe(
     hit: tuple[str, str] | None = None
     if run >= k:
         hit = UNDER, (f"the last {k} observations were more than {settings.far_above_margin:.0%} above the "
-                      f"forecast P95, beyond their usual spread of ±{spread:.3g}")
+                      f"forecast P95, beyond their usual scatter (× {widen:.3g})")
     elif run <= -k:
         hit = OVER, (f"the last {k} observations were below {settings.far_below_ratio:.0%} of the forecast "
-                     f"P50, beyond their usual spread of ±{spread:.3g}")
+                     f"P50, beyond their usual scatter (÷ {widen:.3g})")
     elif step_code is not None:
         hit = trigger(base.outcomes, settings)
         if hit is not None:

@@ -38,13 +38,15 @@ CASES = [
     ("one-spike-is-not-drift", GOOD_STEP + [100, 100, 200, 100, 100, 100], None),
     # Bursty minutes (cv ~40 %) whose step means match the forecast: three low minutes in a row
     # are far below 0.8 × P50 one by one, but well within their usual spread.
-    ("bursty-minutes-good-means", [60.0, 60.0, 60.0, 160.0, 160.0] * 12, None),
-    # On such noisy traffic single minutes cannot prove a shift; fastPeriods completed step means can.
-    ("bursty-minutes-shift-down", [60.0, 60.0, 60.0, 160.0, 160.0] * 6 + [30.0] * 16, OVER),
+    ("bursty-minutes-good-means", [160.0, 60.0, 160.0, 60.0, 60.0] + [60.0, 60.0, 60.0, 160.0, 160.0] * 12, None),
+    # On such noisy traffic a drop to 30 % is still beyond the scatter; a dip to 45 % is within it.
+    ("bursty-minutes-shift-down", [160.0, 60.0, 160.0, 60.0, 60.0] + [60.0, 60.0, 60.0, 160.0, 160.0] * 6
+     + [30.0] * 16, OVER),
     # A source as coarse as the model step repeats one value per step: one far step is not 3 pieces of evidence.
     ("coarse-source-one-far-step", [100.0] * 10 + [60.0] * 5 + [100.0] * 10, None),
     ("coarse-source-three-far-steps", [100.0] * 10 + [60.0] * 16, OVER),
-    ("bursty-minutes-short-dip", [60.0, 60.0, 60.0, 160.0, 160.0] * 6 + [30.0] * 10 + [100.0] * 6, None),
+    ("bursty-minutes-short-dip", [160.0, 60.0, 160.0, 60.0, 60.0] + [60.0, 60.0, 60.0, 160.0, 160.0] * 6
+     + [45.0] * 10 + [100.0] * 6, None),
 ]
 
 
