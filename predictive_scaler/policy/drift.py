@@ -47,9 +47,9 @@ from predictive_scaler.spec import DriftSettings
 #: Pending forecasts kept: enough steps to outlive a few missed model updates.
 MAX_PENDING = 6
 
-#: How many spreads beyond the bands one observation must lie to count as far off: with
-#: roughly normal scatter ~2 % of observations do by chance, 3 in a row ~1e-5.
-NOISE_Z = 2.0
+#: How many relative spreads widen the bands for one observation: with
+#: roughly normal scatter ~0.1 % of observations fall outside by chance, 3 in a row practically never.
+NOISE_Z = 3.0
 #: Weight of the newest completed step in the smoothed spread (~5 steps of memory).
 NOISE_ALPHA = 0.2
 #: A single step's relative spread counts at most this much (one wild step cannot mute the monitor).
