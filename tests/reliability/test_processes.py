@@ -42,7 +42,7 @@ from tests.reliability.scenarios import BY_ID
 
 START = datetime(2018, 6, 20, 8, 1, tzinfo=UTC)
 KILLS = 20
-PERIODS = 60
+PERIODS = 90
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -52,6 +52,8 @@ class KillingApi(FakeApiServer):
     victim: int | None = None
     kill_after_writes: int | None = None
     writes_seen = 0
+    #: Kill only after a /scale or placeholder write (before that period's status write).
+    only_mid_period = False
     #: (method, path) of the write each kill followed.
     killed_after: list[tuple[str, str]]
 
@@ -60,7 +62,9 @@ class KillingApi(FakeApiServer):
         answer = super()._respond(method, path, query, content_type, body)
         if method in WRITES and answer[0] < 300 and self.victim is not None:
             self.writes_seen += 1
-            if self.kill_after_writes is not None and self.writes_seen >= self.kill_after_writes:
+            mid_period_write = not path.endswith("/status") and not path.endswith("/events")
+            if (self.kill_after_writes is not None and self.writes_seen >= self.kill_after_writes
+                    and (mid_period_write or not self.only_mid_period)):
                 os.kill(self.victim, signal.SIGKILL)  # committed, never acknowledged
                 self.killed_after.append((method, path))
                 self.kill_after_writes = None
@@ -70,7 +74,7 @@ class KillingApi(FakeApiServer):
 def demand(t: datetime) -> float:
     """A morning ramp with a wobble: enough change to scale up, down and prewarm."""
     hours = (t - START).total_seconds() / 3600
-    return 700 + 500 * math.sin(2 * math.pi * hours / 1.5) + 60 * math.sin(hours * 17)
+    return 700 + 500 * math.sin(2 * math.pi * hours / 0.5) + 60 * math.sin(hours * 17)
 
 
 def controller_process(api_url: str, store_root: str) -> None:
@@ -108,10 +112,11 @@ def controller_process(api_url: str, store_root: str) -> None:
             continue
 
 
-def run_child(api: KillingApi, store_root: str, kill_after: int | None) -> bool:
+def run_child(api: KillingApi, store_root: str, kill_after: int | None, *, only_mid_period: bool = False) -> bool:
     """Fork a controller process; True when it was SIGKILLed."""
     api.writes_seen = 0
     api.kill_after_writes = kill_after
+    api.only_mid_period = only_mid_period
     pid = os.fork()
     if pid == 0:  # pragma: no cover — the child never returns into pytest
         code = 0
@@ -195,7 +200,9 @@ def test_sigkill_mid_reconcile(killing_api: Callable[[], KillingApi], store: Mod
     rng = random.Random(2024)
     kills = 0
     while kills < KILLS:
-        killed = run_child(api, str(store.root), rng.randint(1, 3))
+        # Every fourth kill waits for a /scale or placeholder write, so some kills surely land
+        # between two writes of one period however often the planner changes its mind.
+        killed = run_child(api, str(store.root), rng.randint(1, 3), only_mid_period=kills % 4 == 3)
         assert killed, f"the run finished after only {kills} kills; lengthen it"
         kills += 1
         check_cluster(api, spec)
