@@ -5,8 +5,9 @@
 History is synthetic and generated in-process (each worker regenerates a scaler's
 series from its name), so the figures measure the job — selection, fitting,
 the holdout comparison, artifact writes — not Prometheus. Each configuration runs
-twice on a fresh store: week 1 (no serving model) and week 2 (a serving model to
-beat), so the comparison path is timed too.
+``--weeks`` times on a fresh store (default 2): week 1 (no serving model) and week 2
+(a serving model to beat), so the comparison path is timed too; ``--weeks 1`` times
+only the first training, e.g. to afford every candidate kind for 200 scalers.
 """
 
 from __future__ import annotations
@@ -88,14 +89,14 @@ class Row:
     results: str
 
 
-def measure(count: int, days: int, processes: int, kinds: tuple[str, ...]) -> list[Row]:
+def measure(count: int, days: int, processes: int, kinds: tuple[str, ...], weeks: int = 2) -> list[Row]:
     settings = RetrainSettings(kinds=kinds, history=timedelta(days=days))
-    history = SyntheticHistory(days=days + 7)
+    history = SyntheticHistory(days=days + 7 * max(weeks - 1, 1))
     fleet = targets(count)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-retrain-") as root:
         store = ModelStore(root)
-        for week in (1, 2):
+        for week in range(1, weeks + 1):
             now = START + timedelta(days=days + 7 * (week - 1))
             t0 = time.perf_counter()
             report = run_retrain(fleet, history=history, store=store, settings=settings, now=now,
@@ -130,16 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=int, default=21)
     p.add_argument("--processes", default="1,2", help="comma-separated process counts (default 1,2)")
     p.add_argument("--models", default=",".join(FORECASTER_KINDS), help="candidate kinds")
+    p.add_argument("--weeks", type=int, default=2,
+                   help="weekly runs per configuration on one store (default 2: first training, then a "
+                        "challenger against a serving model)")
     args = p.parse_args(argv)
+    if args.weeks < 1:
+        p.error("--weeks must be at least 1")
     kinds = parse_kinds(args.models)
     started = datetime.now(UTC)
     header = machine()
     rows = [r for n in (int(x) for x in args.processes.split(",")) for r in
-            measure(args.scalers, args.days, n, kinds)]
+            measure(args.scalers, args.days, n, kinds, args.weeks)]
     lines = [
         f"## Retraining {args.scalers} scalers × {args.days} days at 5 minutes",
         "",
-        f"Candidates: {', '.join(kinds)}. Synthetic history generated in-process (no Prometheus). "
+        f"Candidates: {', '.join(kinds)}; {args.weeks} weekly run(s) per configuration. Synthetic history generated in-process (no Prometheus). "
         f"{started:%Y-%m-%d %H:%M} UTC; {header}.",
         "",
         "| processes | week | scalers | wall time | per scaler (in its process) | scalers/min | outcomes |",
