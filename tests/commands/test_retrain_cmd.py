@@ -11,15 +11,18 @@ The module's one Prometheus holds 21 days (2026-01-05 → 01-26, sampled every 6
   on the false calm, is worse on the holdout and is kept out;
 - ``broken``: a scaler whose query Prometheus refuses — skipped, the others unaffected.
 
-Two runs: week 1 at day 14, week 2 at day 21.
+Two runs: week 1 at day 14, week 2 at day 21. The crash and corruption cases start from a copy of
+one week-1 store of ``chat``, ``gappy`` and ``drift`` and run week 2 against the same Prometheus.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,11 +31,12 @@ import yaml
 from support.prometheus import PrometheusServer, backfill, running_prometheus
 
 from predictive_scaler.cli import main
-from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.errors import ModelError
+from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
 from predictive_scaler.series import Series
 from predictive_scaler.sources.openmetrics import CounterFamily, GaugeFamily
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.slow]  # ~30 s: promtool backfill + four runs
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]  # ~25 s: promtool backfill + eleven runs
 
 START = pd.Timestamp("2026-01-05", tz="UTC")
 STEP = 300
@@ -177,7 +181,7 @@ def test_short_or_broken_history_is_skipped_with_its_reason(runs: Runs, name: st
 def test_a_worse_challenger_is_not_promoted(runs: Runs) -> None:
     out = runs.week2["drift"]
     assert out["result"] == "kept", out["reason"]
-    assert "keep serving" in out["reason"]
+    assert "keep serving" in out["reason"]  # type: ignore[operator]
     assert out["serving_version"] == runs.week1["drift"]["version"]
     assert runs.store.pointer("drift").version == runs.week1["drift"]["version"]  # type: ignore[union-attr]
 
@@ -226,3 +230,143 @@ def test_history_for_scaler_is_the_jobs_pull(prometheus: PrometheusServer, name:
         close = np.isclose(got.values[1:], shape(1)[1:], rtol=1e-6)
         assert close.mean() > 0.995
         assert np.flatnonzero(~close).size <= DAYS // 5 + 1
+
+
+# -- crash and corruption against the same Prometheus ---------------------------------------------
+
+CRASH_FLEET = ("chat", "gappy", "drift")  # in week 2: chat and gappy are promoted, drift is kept
+
+
+class Killed(BaseException):
+    """A process death (SIGKILL, OOM kill): not an Exception, so nothing in the job handles it."""
+
+
+def retrain_json(prometheus: PrometheusServer, config: Path, store: Path, day: int,
+                 run_id: str) -> tuple[int, dict[str, dict[str, object]]]:
+    with pytest.MonkeyPatch.context() as mp:
+        capture = _Capture()
+        mp.setattr("sys.stdout", capture)
+        code = main(["retrain", "--config", str(config), "--prometheus", prometheus.url, "--store", str(store),
+                     "--now", (START + pd.Timedelta(days=day)).isoformat(), "--run-id", run_id,
+                     "--models", MODELS, "--json"])
+    if not capture.text():
+        return code, {}
+    return code, {s["key"].split("/")[1]: s for s in json.loads(capture.text())["scalers"]}
+
+
+def write_config(path: Path, *names: str) -> Path:
+    path.write_text(yaml.safe_dump_all([scaler(n) for n in names]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def week1_store(prometheus: PrometheusServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store after a clean week-1 run of CRASH_FLEET; tests copy it, never change it."""
+    tmp = tmp_path_factory.mktemp("retrain-week1")
+    code, out = retrain_json(prometheus, write_config(tmp / "scalers.yaml", *CRASH_FLEET), tmp / "models", 14, "w1")
+    assert code == 0 and all(out[n]["result"] == "promoted" for n in CRASH_FLEET), out
+    return tmp / "models"
+
+
+@pytest.fixture
+def store_dir(week1_store: Path, tmp_path: Path) -> Path:
+    shutil.copytree(week1_store, tmp_path / "models")
+    return tmp_path / "models"
+
+
+def assert_store_consistent(store: ModelStore) -> None:
+    """Every serving pointer names a listed version that loads and verifies; no temporary is a version."""
+    for name in store.names():
+        versions = [v.version for v in store.list(name)]
+        assert not any(v.startswith(".") for v in versions)
+        pointer = store.pointer(name)
+        if pointer is not None:
+            assert pointer.version in versions
+            loaded = store.serving(name, expected_series=name)  # raises if anything is off
+            assert loaded.manifest.sha256 == pointer.sha256
+
+
+def damage(path: Path) -> None:
+    data = path.read_bytes()
+    assert b"0" in data
+    path.write_bytes(data.replace(b"0", b"1", 3))
+
+
+def test_a_corrupted_new_version_is_refused_and_the_previous_version_keeps_serving(
+        prometheus: PrometheusServer, store_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write_config(tmp_path / "scalers.yaml", "chat")
+    store = ModelStore(store_dir)
+    served = store.pointer("chat").version  # type: ignore[union-attr]
+    real_publish = ModelStore.publish
+
+    def publish_then_damage(self: ModelStore, name: str, model: object, **kwargs: object) -> str:
+        version = real_publish(self, name, model, **kwargs)  # type: ignore[arg-type]
+        damage(self.version_dir(name, version) / MODEL_FILE)  # bit rot / a bad write before it is served
+        return version
+
+    with monkeypatch.context() as mp:
+        mp.setattr(ModelStore, "publish", publish_then_damage)
+        code, out = retrain_json(prometheus, config, store_dir, 21, "w2")
+    assert code == 1  # a failed scaler fails the Job, so it is retried and seen
+    refused = out["chat"]["version"]
+    assert out["chat"]["result"] == "failed"
+    assert "sha256 does not match" in out["chat"]["reason"]  # type: ignore[operator]
+    assert f"still serving {served}" in out["chat"]["reason"]  # type: ignore[operator]
+    assert store.pointer("chat").version == served  # type: ignore[union-attr]
+    assert_store_consistent(store)
+    with pytest.raises(ModelError, match="sha256 does not match"):
+        store.load("chat", refused)  # type: ignore[arg-type]
+    # Resumed: the damaged version from this run is refused again and the scaler is trained anew.
+    code, again = retrain_json(prometheus, config, store_dir, 21, "w2")
+    assert code == 0 and again["chat"]["result"] == "promoted", again["chat"]["reason"]
+    assert again["chat"]["version"] not in (refused, served)
+    assert store.pointer("chat").version == again["chat"]["version"]  # type: ignore[union-attr]
+    assert_store_consistent(store)
+
+
+def test_a_corrupted_serving_artifact_is_refused_and_the_next_run_replaces_it(
+        prometheus: PrometheusServer, store_dir: Path, tmp_path: Path) -> None:
+    store = ModelStore(store_dir)
+    damaged = store.pointer("chat").version  # type: ignore[union-attr]
+    damage(store.version_dir("chat", damaged) / MODEL_FILE)
+    with pytest.raises(ModelError, match="sha256 does not match.*(rollback|retrain)"):
+        store.serving("chat", expected_series="chat")  # what the controller loads: refused
+    code, out = retrain_json(prometheus, write_config(tmp_path / "scalers.yaml", "chat"), store_dir, 21, "w2")
+    assert code == 0 and out["chat"]["result"] == "promoted"
+    assert f"serving version {damaged} was refused" in out["chat"]["reason"]  # type: ignore[operator]
+    assert "sha256 does not match" in out["chat"]["reason"]  # type: ignore[operator]
+    assert store.pointer("chat").version == out["chat"]["version"] != damaged  # type: ignore[union-attr]
+    assert_store_consistent(store)
+
+
+def test_a_crash_halfway_through_a_run_leaves_the_store_consistent_and_a_rerun_completes(
+        prometheus: PrometheusServer, store_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write_config(tmp_path / "scalers.yaml", *CRASH_FLEET)
+    store = ModelStore(store_dir)
+    week1 = {n: store.pointer(n).version for n in CRASH_FLEET}  # type: ignore[union-attr]
+    real_promote = ModelStore.promote
+
+    def killed_before_serving_gappy(self: ModelStore, name: str, version: str) -> object:
+        if name == "gappy":  # the second scaler: its new version is written, its pointer not yet moved
+            raise Killed(f"killed before serving {name} {version}")
+        return real_promote(self, name, version)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(ModelStore, "promote", killed_before_serving_gappy)
+        with pytest.raises(Killed):
+            retrain_json(prometheus, config, store_dir, 21, "w2")
+    assert_store_consistent(store)
+    assert store.pointer("chat").version != week1["chat"]  # type: ignore[union-attr]  # finished before the crash
+    assert store.pointer("gappy").version == week1["gappy"]  # type: ignore[union-attr]  # previous keeps serving
+    assert store.pointer("drift").version == week1["drift"]  # type: ignore[union-attr]  # not reached
+    half_done = [v.version for v in store.list("gappy") if v.version != week1["gappy"]]
+    assert len(half_done) == 1  # published, verified on disk, never served
+
+    code, again = retrain_json(prometheus, config, store_dir, 21, "w2")
+    assert code == 0
+    assert {n: again[n]["result"] for n in CRASH_FLEET} == {
+        "chat": "already-done", "gappy": "promoted", "drift": "kept"}
+    assert "before an interruption" in again["gappy"]["reason"]  # type: ignore[operator]
+    assert again["gappy"]["version"] == half_done[0]  # reused, not trained and published twice
+    assert_store_consistent(store)
+    assert {n: len(store.list(n)) for n in CRASH_FLEET} == {"chat": 2, "gappy": 2, "drift": 1}
