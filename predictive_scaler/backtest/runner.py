@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -212,14 +212,15 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
         "model": {"stepSeconds": model_step},
         "mode": "scale",
     }
-    return ScalerSpec.from_dict(_merge(base, scenario.spec))
+    return ScalerSpec.from_dict(deep_merge(base, scenario.spec))
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on top, nested mappings merged key by key (``over`` wins)."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out

@@ -122,7 +122,7 @@ def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any], *, per_seco
       (``prewarm.budget`` as one setting: the manifest's budget replaces the scenario's), except
       ``mode``: the backtest simulates ``scale`` — ``forecast-only`` would do nothing to measure.
     """
-    from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
+    from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec, deep_merge
     from predictive_scaler.errors import ConfigError
     from predictive_scaler.spec import ScalerSpec
 
@@ -210,7 +210,7 @@ def scenario_for_scaler(base: Scenario, spec_doc: Mapping[str, Any], *, per_seco
     planner_spec = dict(base.spec)
     if given("prewarm", "budget") and isinstance(planner_spec.get("prewarm"), Mapping):
         planner_spec["prewarm"] = {k: v for k, v in planner_spec["prewarm"].items() if k != "budget"}
-    changes["spec"] = _merge(planner_spec, overlay)
+    changes["spec"] = deep_merge(planner_spec, overlay)
     changes["name"] = base.name
     scenario = replace(base, **changes)
     # Validate now, as load_scenario does: errors name the field before any history is pulled.
@@ -230,16 +230,6 @@ def _split(total: float, *parts: tuple[str, float]) -> dict[str, float]:
     if have <= 0:
         return {parts[0][0]: total, **{k: 0.0 for k, _ in parts[1:]}}
     return {k: total * v / have for k, v in parts}
-
-
-def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def pick_scaler(path: Path, name: str | None) -> ScalerTarget:

@@ -274,11 +274,12 @@ BASE_SPEC = {"target": {"name": "llm"}, "demand": {"query": "sum(rate(x[5m]))"},
 )
 def test_the_manifest_is_laid_over_the_scenario(extra: dict[str, Any], expect: dict[str, Any],
                                                 from_scenario: tuple[str, ...]) -> None:
+    from predictive_scaler.backtest.runner import deep_merge
     from predictive_scaler.backtest.scenario import Scenario
-    from predictive_scaler.commands.backtest import _merge, scenario_for_scaler
+    from predictive_scaler.commands.backtest import scenario_for_scaler
 
     base = Scenario(spec={"prewarm": {"enabled": True, "budget": {"maxGpus": 8}}})
-    mapped = scenario_for_scaler(base, _merge(BASE_SPEC, extra))
+    mapped = scenario_for_scaler(base, deep_merge(BASE_SPEC, extra))
     got = mapped.scenario.to_dict()
     for setting, want in expect.items():
         group, _, name = setting.rpartition(".")
