@@ -49,7 +49,7 @@ bench-controller: $(STAMP) tools
 	$(BIN)/python -m predictive_scaler.bench.controller --out backtests/results/controller.md
 
 bench-retrain: $(STAMP) tools
-	$(BIN)/python -m predictive_scaler.bench.retrain --out backtests/results/retrain.md
+	$(BIN)/python -m predictive_scaler.bench.retrain --scalers 200 --weeks 1 --processes 1,2 --out backtests/results/retrain-run.md
 
 ## crd: regenerate deploy/base/crd.yaml from the one source (predictive_scaler/spec.py)
 crd: $(STAMP)
