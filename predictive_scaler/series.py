@@ -100,7 +100,7 @@ class Series:
     # -- slicing -----------------------------------------------------------------------------
     def index_at(self, when: datetime | pd.Timestamp) -> int:
         """Index of the step containing ``when`` (may be <0 or ≥len for times outside)."""
-        delta = (_utc(when) - self.start).total_seconds()
+        delta = (to_utc(when) - self.start).total_seconds()
         return math.floor(delta / self.step_seconds)
 
     def slice(self, i: int, j: int) -> Series:
@@ -175,7 +175,8 @@ class Series:
         return self._with(split, self.start, step_seconds)
 
 
-def _utc(when: datetime | pd.Timestamp) -> pd.Timestamp:
+def to_utc(when: datetime | pd.Timestamp) -> pd.Timestamp:
+    """``when`` as a UTC timestamp; a naive time is taken to be UTC already."""
     ts = pd.Timestamp(when)
     return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
 

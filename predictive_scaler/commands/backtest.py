@@ -375,8 +375,7 @@ def _spec_doc(path: Path, target: ScalerTarget) -> dict[str, Any]:
 def _pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     from datetime import UTC, datetime
 
-    import pandas as pd
-
+    from predictive_scaler.commands._flags import parse_time_flag
     from predictive_scaler.errors import (
         ConfigError,
         DataError,
@@ -393,12 +392,7 @@ def _pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
                           "to evaluate", field="days")
     end = datetime.now(UTC)
     if args.end:
-        try:
-            stamp = pd.Timestamp(args.end)
-        except ValueError as exc:
-            raise ConfigError(f"--end {args.end!r} is not an ISO-8601 time, e.g. 2026-03-01T00:00:00Z",
-                              field="end") from exc
-        end = (stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")).to_pydatetime()
+        end = parse_time_flag("--end", args.end).to_pydatetime()
     try:
         min_history = parse_duration(args.min_history)
     except DataError as exc:

@@ -61,6 +61,7 @@ def resolve_model(model: str | Path, name: str | None = None, *, expected_series
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from predictive_scaler.commands._flags import parse_time_flag
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.base import check_quantiles
     from predictive_scaler.forecasting.evaluation import MAX_HORIZON, MIN_HORIZON, horizon_steps
@@ -88,11 +89,7 @@ def run(args: argparse.Namespace) -> int:
         )
     series = load_trace(args.trace, value_kind=args.value_kind, min_history=None)
     if args.at:
-        try:
-            at = pd.Timestamp(args.at)
-        except ValueError as exc:
-            raise ConfigError(f"--at {args.at!r} is not a time; write ISO-8601, e.g. 1995-08-15T12:00:00Z", field="at") from exc
-        at = at.tz_localize("UTC") if at.tzinfo is None else at.tz_convert("UTC")
+        at = parse_time_flag("--at", args.at)
         if not (series.start <= at <= series.last_time):
             raise ConfigError(
                 f"--at {at.isoformat()} is outside the trace ({series.start.isoformat()} – "

@@ -61,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
     from pathlib import Path
 
-    import pandas as pd
-
+    from predictive_scaler.commands._flags import parse_time_flag
     from predictive_scaler.errors import ClusterError, ConfigError, DataError
     from predictive_scaler.forecasting.registry import parse_kinds
     from predictive_scaler.forecasting.store import ModelStore
@@ -95,12 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc), field="history") from exc
     now = datetime.now(UTC)
     if args.now:
-        try:
-            stamp = pd.Timestamp(args.now)
-        except ValueError as exc:
-            raise ConfigError(f"--now {args.now!r} is not an ISO-8601 time, e.g. 2026-03-01T00:00:00Z",
-                              field="now") from exc
-        now = (stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")).to_pydatetime()
+        now = parse_time_flag("--now", args.now).to_pydatetime()
     env_index, env_count = shard_from_environment()
     index = env_index if args.shard_index is None else args.shard_index
     count = env_count if args.shard_count is None else args.shard_count

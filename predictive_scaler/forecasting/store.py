@@ -30,7 +30,7 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
-from predictive_scaler.series import Series
+from predictive_scaler.series import Series, to_utc
 
 #: The artifact format this build writes and reads.
 FORMAT_VERSION = 1
@@ -426,7 +426,7 @@ class ModelStore:
         try:
             manifest = save_artifact(model, series=series, window=window, metrics=metrics,
                                      directory=tmp, clock=self.clock, capacity=capacity)
-            version = f"{_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
+            version = f"{to_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
             final = versions / version
             if final.exists() and _intact(final, manifest.sha256):
                 # Same second, same bytes, and the copy on disk verifies: already published.
@@ -618,17 +618,12 @@ def _timestamp(value: Any, what: str) -> pd.Timestamp:
         ts = None
     if ts is None or pd.isna(ts):
         raise ModelError(f"manifest: {what} {value!r} is not an ISO-8601 time; {_RETRAIN}")
-    return _utc(ts)
+    return to_utc(ts)
 
 
 def _dump(doc: Any) -> bytes:
     return (json.dumps(doc, allow_nan=False, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _utc(ts: pd.Timestamp | datetime) -> pd.Timestamp:
-    t = pd.Timestamp(ts)
-    return t.tz_localize(UTC) if t.tzinfo is None else t.tz_convert(UTC)
-
-
 def _iso(ts: pd.Timestamp | datetime) -> str:
-    return _utc(ts).isoformat().replace("+00:00", "Z")
+    return to_utc(ts).isoformat().replace("+00:00", "Z")
