@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from predictive_scaler.kube.manifests import (
     SHORT_NAME,
     VERSION,
 )
+from predictive_scaler.spec import Mode
 
 # The resource names are decided once, in kube/manifests.py (the adapter's source).
 __all__ = ["API_VERSION", "GROUP", "KIND", "PLACEHOLDER_PRIORITY_CLASS", "PLURAL", "VERSION",
@@ -133,7 +135,7 @@ def status_json_schema() -> dict[str, Any]:
         "properties": {
             "observedGeneration": {"type": "integer", "minimum": 0,
                                    "description": "The spec generation the status reflects."},
-            "mode": {"type": "string", "enum": ["forecast-only", "scale"],
+            "mode": {"type": "string", "enum": list(typing.get_args(Mode)),
                      "description": "The mode the last reconcile ran in."},
             "strategy": {"type": "string", "enum": list(STRATEGIES),
                          "description": "How the last decision was made: predictive, reactive (fallback) or hold (missing data)."},
@@ -164,6 +166,12 @@ def status_json_schema() -> dict[str, Any]:
                 "items": {"type": "string"},
                 "maxItems": 20,
                 "description": "Why the last decision was made, in words (also in condition messages and Events).",
+            },
+            "scheduledEvents": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": 50,
+                "description": "Names of the spec.events in force at the last decision (their lead time included).",
             },
             "retrain": _retrain_schema(),
             "kopf": {

@@ -217,9 +217,10 @@ class Reconciler:
         budget_limited = "budget" in d.limits or d.budget_problem is not None
         budget_msg = "; ".join(r for r in d.reasons if "budget" in r) or (d.budget_problem or "within budget")
         return (
-            cond("Ready", True, "Scaled" if applied else "ForecastOnly",
+            cond("Ready", True, "Scaled" if applied else "ServedToKeda" if self.spec.mode == "keda" else "ForecastOnly",
                  f"{d.strategy}: {d.desired_replicas} replicas, {d.placeholder_gpus} placeholder GPUs"
-                 + ("" if applied else " (forecast-only: nothing changed)")),
+                 + ("" if applied else " (served to KEDA's external scaler; nothing written)"
+                    if self.spec.mode == "keda" else " (forecast-only: nothing changed)")),
             cond("Predictive", d.strategy == "predictive",
                  {"predictive": "Forecasting", "reactive": "ReactiveFallback", "hold": "HoldingOnMissingData"}[d.strategy],
                  first),

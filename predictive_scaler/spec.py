@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from predictive_scaler.errors import BudgetError, ConfigError
@@ -33,7 +35,11 @@ DEFAULT_MODEL_STEP = 300
 DEFAULT_RECENT_WINDOW_SECONDS = 7 * 86400
 
 DemandKind = Literal["requests", "dcgm-busy-gpus"]
-Mode = Literal["forecast-only", "scale"]
+Mode = Literal["forecast-only", "scale", "keda"]
+Recurrence = Literal["weekly"]
+#: RFC 3339 date-time with an explicit offset (``Z`` or ``±hh:mm``), seconds optional fraction.
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+WEEK = timedelta(days=7)
 
 
 def _m(
@@ -367,6 +373,53 @@ class ModelRef(_Settings):
         minimum=600, maximum=30 * 86400))
 
 
+def parse_rfc3339(text: str, key: str) -> datetime:
+    """An RFC 3339 time with its offset (``2025-11-28T09:00:00+01:00``); ConfigError naming ``key`` otherwise."""
+    if not isinstance(text, str) or not _RFC3339.match(text):
+        raise ConfigError(f"{key}: {text!r} is not an RFC 3339 time with an offset; write e.g. "
+                          "2025-11-28T09:00:00+01:00 or 2025-11-28T08:00:00Z", field=key)
+    try:
+        return datetime.fromisoformat(text.replace("z", "Z").replace("t", "T"))
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {text!r} is not a valid date and time ({exc})", field=key) from exc
+
+
+@dataclass(frozen=True)
+class ScheduledEvent(_Settings):
+    name: str = field(metadata=_m("Name shown in the status and reasons, e.g. 'black-friday'.", min_length=1))
+    start: str = field(metadata=_m(
+        "Start of the window, RFC 3339 with an offset, e.g. 2025-11-28T09:00:00+01:00. The plan is raised from "
+        "leadTimes.nodeStartSeconds + controlPeriodSeconds before it, so the capacity is ready at the start.",
+        min_length=1))
+    end: str = field(metadata=_m("End of the window (exclusive), RFC 3339 with an offset; after start.", min_length=1))
+    min_replicas: int | None = field(default=None, metadata=_m(
+        "At least this many replicas during the window (and its lead time). Give this or demandMultiplier.",
+        minimum=0, maximum=100000))
+    demand_multiplier: float | None = field(default=None, metadata=_m(
+        "Plan for the demand (forecast, or demand now when reactive) times this during the window. "
+        "Give this or minReplicas.", minimum=1, maximum=100))
+    recurrence: Recurrence | None = field(default=None, metadata=_m(
+        "'weekly' repeats the window every 7 days from start; unset: once."))
+
+    def _check(self) -> None:
+        start, end = self.start_time, self.end_time
+        if end <= start:
+            self._fail("end", f"({self.end}) is not after start ({self.start}); give an end after the start")
+        if (self.min_replicas is None) == (self.demand_multiplier is None):
+            self._fail("min_replicas", "and demandMultiplier: give exactly one of them (a replica floor, or a "
+                       "factor on the planned demand)")
+        if self.recurrence == "weekly" and end - start > WEEK:
+            self._fail("end", f"makes the window {end - start} long; a weekly event lasts at most 7 days")
+
+    @property
+    def start_time(self) -> datetime:
+        return parse_rfc3339(self.start, "start")
+
+    @property
+    def end_time(self) -> datetime:
+        return parse_rfc3339(self.end, "end")
+
+
 @dataclass(frozen=True)
 class ScalerSpec(_Settings):
     """Everything one PredictiveScaler needs; see each field's description."""
@@ -396,8 +449,13 @@ class ScalerSpec(_Settings):
     prewarm: Prewarm = field(default_factory=Prewarm, metadata=_m("Placeholder pods and the speculative budget."))
     model: ModelRef = field(default_factory=ModelRef, metadata=_m("Which forecasting model to use."))
     mode: Mode = field(default="forecast-only", metadata=_m(
-        "'forecast-only' computes and reports but touches nothing (the safe way to try it); 'scale' acts. "
-        "Default: forecast-only."))
+        "'forecast-only' computes and reports but touches nothing (the safe way to try it); 'scale' acts; "
+        "'keda' writes nothing and serves the decision to a KEDA ScaledObject through the external scaler "
+        "gRPC API (trigger type external, scalerName: this scaler's name). Default: forecast-only."))
+    events: tuple[ScheduledEvent, ...] = field(default=(), metadata=_m(
+        "Known windows (a launch, a sale) that raise the plan: a replica floor or a demand multiplier, from the "
+        "node lead time (plus one control period) before start until end. Asked for by the user, so not speculative and not charged to "
+        "the prewarm budget; never above maxReplicas."))
 
     def _check(self) -> None:
         if self.min_replicas > self.max_replicas:
@@ -409,6 +467,15 @@ class ScalerSpec(_Settings):
         if self.prewarm.enabled and self.gpus_per_replica > self.prewarm.gpus_per_node:
             self._fail("gpus_per_replica", f"({self.gpus_per_replica}) exceeds prewarm.gpusPerNode "
                        f"({self.prewarm.gpus_per_node}); a replica must fit on one node")
+        for i, ev in enumerate(self.events):
+            if ev.min_replicas is not None and ev.min_replicas > self.max_replicas:
+                self._fail(f"events[{i}].min_replicas", f"({ev.min_replicas}) of event {ev.name!r} is greater "
+                           f"than maxReplicas ({self.max_replicas}); lower it or raise maxReplicas")
+            if ev.name in {e.name for e in self.events[:i]}:
+                self._fail(f"events[{i}].name", f"{ev.name!r} is used by two events; give each a unique name")
+        if self.mode == "keda" and self.prewarm.enabled:
+            self._fail("prewarm.enabled", "is true with mode 'keda'; placeholder pods are managed only in mode "
+                       "'scale' (KEDA scales the replicas) — set prewarm.enabled to false or mode to 'scale'")
         if self.horizon_seconds % self.model.step_seconds:
             self._fail("horizon_seconds", f"({self.horizon_seconds}) is not a multiple of model.stepSeconds "
                        f"({self.model.step_seconds}); choose e.g. {self.model.step_seconds * 6}")

@@ -135,7 +135,7 @@ def test_schema_is_structural_and_agrees_with_validation() -> None:
 
     walk(schema, "spec")
     assert schema["required"] == ["target", "demand"]
-    assert schema["properties"]["mode"]["enum"] == ["forecast-only", "scale"]
+    assert schema["properties"]["mode"]["enum"] == ["forecast-only", "scale", "keda"]
     assert schema["properties"]["maxReplicas"]["default"] == 10
     # The schema accepts every valid spec, and rejects the invalid values it can express.
     validator = jsonschema.Draft4Validator(schema)  # OpenAPI v3.0 uses draft-4 style exclusive bounds

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from predictive_scaler.backtest import event_windows
+
 if TYPE_CHECKING:
     from predictive_scaler.backtest.runner import Result
 
@@ -195,6 +197,7 @@ def plot_files(result: Result, directory: Path) -> dict[str, Path]:
         short = np.where(np.isfinite(demand) & (demand > run.ready * setup.capacity_per_replica), demand, np.nan)
         ax.plot(times, short, lw=0, marker=".", ms=1.5, color="tab:red", label="unmet")
         ax.set_ylabel(name)
+        event_windows.mark_axes(ax, result)
         ax.legend(loc="upper right", fontsize=7)
     axes[0, 0].set_title("demand vs ready capacity (trace unit)")
     fig.tight_layout()
@@ -272,6 +275,7 @@ def markdown(result: Result, images: dict[str, Path] | None = None) -> str:
         accuracy_table(result),
         "",
     ]
+    parts += event_windows.markdown_section(result)
     if result.model_events:
         parts += ["## Retraining", "", "| at | kind | promoted | fit s | reason |", "|---|---|---|---|---|"]
         parts += [f"| {e.at} | {e.kind} | {'yes' if e.promoted else 'no'} | {e.fit_seconds:.1f} | {e.reason} |"

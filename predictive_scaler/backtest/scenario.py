@@ -136,6 +136,7 @@ class Scenario:
     def from_dict(cls, data: dict[str, Any], *, name: str = "scenario") -> Scenario:
         if not isinstance(data, dict):
             raise ConfigError(f"scenario {name}: expected a mapping of settings, got {type(data).__name__}")
+        data = _events_into_spec(data)
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(data) - known)
         if unknown:
@@ -182,6 +183,22 @@ class Scenario:
                 raise ConfigError("spec must be a mapping (the PredictiveScaler spec, camelCase)", field="spec")
             kw["spec"] = dict(data["spec"])
         return cls(**kw)
+
+
+def _events_into_spec(data: dict[str, Any]) -> dict[str, Any]:
+    """A scenario's top-level ``events:`` is the spec's ``events`` (the same list the CRD takes)."""
+    if "events" not in data:
+        return data
+    out = dict(data)
+    events = out.pop("events")
+    spec = out.get("spec") or {}
+    if not isinstance(spec, dict):
+        return out  # from_dict reports the bad spec section
+    if "events" in spec:
+        raise ConfigError("events: given both at the top of the scenario and in spec.events; keep one list",
+                          field="events")
+    out["spec"] = {**spec, "events": events}
+    return out
 
 
 def load_scenario(path: str | Path | None = None) -> Scenario:

@@ -28,6 +28,7 @@ from typing import Any
 from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.policy import budget as budget_policy
 from predictive_scaler.policy import drift as drift_policy
+from predictive_scaler.policy import events as event_policy
 from predictive_scaler.policy import reactive as reactive_policy
 from predictive_scaler.policy.capacity import REPLICA_CAP, clamp, replicas_for, view_forecast
 from predictive_scaler.policy.state import PlannerState
@@ -81,6 +82,8 @@ class Decision:
     model_problem: str | None = None
     budget_problem: str | None = None
     strategy_changed: bool = field(default=False)
+    #: Names of the scheduled events (spec.events) in force.
+    scheduled_events: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +101,7 @@ class Decision:
             "drift": self.drift,
             "limits": list(self.limits),
             "reasons": list(self.reasons),
+            "scheduledEvents": list(self.scheduled_events),
         }
 
 
@@ -274,6 +278,10 @@ def plan(
                 reasons.extend(ph_reasons)
                 if ph_limited and "budget" not in limits:
                     limits.append("budget")
+    scheduled = event_policy.apply(spec, t, desired=desired, speculative_gpus=spec_gpus, reactive=reactive.desired,
+                                   strategy=strategy, forecast=q_pod, demand=value)
+    desired, spec_gpus, limits, reasons = scheduled.desired, scheduled.speculative_gpus, \
+        limits + list(scheduled.limits), reasons + list(scheduled.reasons)
     if allow.problem is not None and strategy == "predictive":
         limits.append("budget-invalid" if "invalid" in allow.problem else "budget-empty")
         reasons.append(allow.problem)
@@ -310,6 +318,7 @@ def plan(
         model_problem=model_problem,
         budget_problem=allow.problem,
         strategy_changed=changed and state.strategy != "",
+        scheduled_events=scheduled.names,
     )
     return decision, new_state
 

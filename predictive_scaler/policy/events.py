@@ -1,0 +1,173 @@
+"""Scheduled events (``spec.events``): known windows that raise the plan. Pure.
+
+An event is a window ``[start, end)`` — once, or every 7 days from ``start`` —
+with a replica floor (``minReplicas``) or a factor on the planned demand
+(``demandMultiplier``). It is in force from ``lead`` seconds before each
+occurrence starts (the node lead time and one control period, so the capacity is
+ready at the start)
+until the occurrence ends.
+
+The raise is what the user asked for, so the planner does not count it as
+speculative capacity and does not charge it to the prewarm budget; it never goes
+above ``maxReplicas``. :func:`raise_plan` is the planner's whole use of this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from predictive_scaler.policy.capacity import replicas_for
+from predictive_scaler.spec import WEEK, ScalerSpec, ScheduledEvent
+
+__all__ = ["Applied", "EventRaise", "Occurrence", "apply", "in_force", "lead_seconds", "occurrences", "raise_plan"]
+
+_WEEK_S = WEEK.total_seconds()
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence of an event: ``[start, end)`` in epoch seconds."""
+
+    event: ScheduledEvent
+    start: float
+    end: float
+
+    def describe(self) -> str:
+        start = datetime.fromtimestamp(self.start, UTC).isoformat().replace("+00:00", "Z")
+        end = datetime.fromtimestamp(self.end, UTC).isoformat().replace("+00:00", "Z")
+        ev = self.event
+        what = (f"at least {ev.min_replicas} replicas" if ev.min_replicas is not None
+                else f"demand × {ev.demand_multiplier:g}")
+        return f"{ev.name!r} {start} → {end} ({what})"
+
+
+def _occurrence_containing(ev: ScheduledEvent, t: float, lead: float) -> Occurrence | None:
+    start, end = ev.start_time.timestamp(), ev.end_time.timestamp()
+    k = 0
+    if ev.recurrence == "weekly":
+        # The occurrence whose start - lead is the last one at or before t.
+        k = max(0, math.floor((t + lead - start) / _WEEK_S))
+    s, e = start + k * _WEEK_S, end + k * _WEEK_S
+    return Occurrence(ev, s, e) if s - lead <= t < e else None
+
+
+def in_force(events: Sequence[ScheduledEvent], t: float, lead: float) -> tuple[Occurrence, ...]:
+    """The occurrences in force at ``t`` (epoch seconds): ``start - lead <= t < end``."""
+    found = (_occurrence_containing(ev, t, lead) for ev in events)
+    return tuple(o for o in found if o is not None)
+
+
+def occurrences(events: Sequence[ScheduledEvent], start: float, end: float) -> tuple[Occurrence, ...]:
+    """Every occurrence overlapping ``[start, end)`` (epoch seconds), in time order."""
+    out: list[Occurrence] = []
+    for ev in events:
+        s0, e0 = ev.start_time.timestamp(), ev.end_time.timestamp()
+        if ev.recurrence != "weekly":
+            if s0 < end and e0 > start:
+                out.append(Occurrence(ev, s0, e0))
+            continue
+        k = max(0, math.floor((start - e0) / _WEEK_S))
+        while s0 + k * _WEEK_S < end:
+            if e0 + k * _WEEK_S > start:
+                out.append(Occurrence(ev, s0 + k * _WEEK_S, e0 + k * _WEEK_S))
+            k += 1
+    return tuple(sorted(out, key=lambda o: (o.start, o.event.name)))
+
+
+@dataclass(frozen=True)
+class EventRaise:
+    """What the events in force ask for at one instant."""
+
+    occurrences: tuple[Occurrence, ...]
+    #: Replicas they ask for (before maxReplicas), 0 when they ask for none.
+    replicas: int
+    reasons: tuple[str, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(o.event.name for o in self.occurrences)
+
+
+def raise_plan(events: Sequence[ScheduledEvent], t: float, lead: float, *, planned_demand: float | None,
+               capacity: float, unit: str) -> EventRaise | None:
+    """The replicas the events in force at ``t`` ask for; None when no event is in force.
+
+    ``planned_demand`` is what the strategy planned on (the P95 over the pod lead
+    time when predictive, the demand now when reactive, None when demand is
+    missing); a multiplier scales it, a floor stands alone. Several events in
+    force: the largest ask wins.
+    """
+    now_in = in_force(events, t, lead)
+    if not now_in:
+        return None
+    asks: list[tuple[int, str]] = []
+    for o in now_in:
+        ev = o.event
+        when = "starts in" if t < o.start else "ends in"
+        left = int((o.start if t < o.start else o.end) - t)
+        if ev.min_replicas is not None:
+            asks.append((ev.min_replicas, f"scheduled event {ev.name!r} ({when} {left} s) asks for at least "
+                                          f"{ev.min_replicas} replicas"))
+        elif ev.demand_multiplier is not None and planned_demand is not None and math.isfinite(planned_demand):
+            scaled = planned_demand * ev.demand_multiplier
+            n = replicas_for(scaled, capacity)
+            asks.append((n, f"scheduled event {ev.name!r} ({when} {left} s) plans for demand × "
+                            f"{ev.demand_multiplier:g} = {scaled:.4g} {unit}, {n} replicas"))
+        else:
+            asks.append((0, f"scheduled event {ev.name!r} ({when} {left} s): demand × "
+                            f"{ev.demand_multiplier:g} cannot be applied while demand is missing"))
+    return EventRaise(now_in, max(n for n, _ in asks), tuple(r for _, r in asks))
+
+
+def lead_seconds(spec: ScalerSpec) -> int:
+    """How long before an occurrence the plan is raised: the node lead time, plus one control period so
+    the reconcile just before ``start - node lead`` already raises it (decisions are taken once a period)."""
+    return spec.lead_times.node_start_seconds + spec.control_period_seconds
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A decision's numbers after the events in force raised them."""
+
+    desired: int
+    speculative_gpus: int
+    reasons: tuple[str, ...]
+    limits: tuple[str, ...]
+    names: tuple[str, ...]
+
+
+def apply(spec: ScalerSpec, t: float, *, desired: int, speculative_gpus: int, reactive: int, strategy: str,
+          forecast: float | None, demand: float | None) -> Applied:
+    """Raise ``desired`` to what the events in force at ``t`` ask for (at most maxReplicas).
+
+    Replicas the forecast had bought above the reactive need that the event floor now
+    covers stop being speculative (the user asked for them), so they leave the budget.
+    """
+    planned = forecast * spec.demand.intra_step_peak_factor if strategy == "predictive" and forecast is not None \
+        else demand
+    ask = raise_plan(spec.events, t, lead_seconds(spec), planned_demand=planned,
+                     capacity=spec.capacity_per_replica, unit=spec.demand_unit)
+    if ask is None:
+        return Applied(desired, speculative_gpus, (), (), ())
+    reasons = list(ask.reasons)
+    limits = ["event"]
+    target = min(ask.replicas, spec.max_replicas)
+    if ask.replicas > spec.max_replicas:
+        limits.append("max-replicas")
+        reasons.append(f"clamped to maxReplicas {spec.max_replicas} (the scheduled events ask for {ask.replicas})")
+    if target > desired:
+        reasons.append(f"raised from {desired} to {target} replicas for the scheduled event(s) "
+                       f"{', '.join(map(repr, ask.names))}: asked for in spec.events, so not speculative and "
+                       "not charged to the prewarm budget")
+    else:
+        reasons.append(f"the plan's {desired} replicas already cover the scheduled event(s) "
+                       f"{', '.join(map(repr, ask.names))}")
+    if strategy == "predictive":
+        gpr = spec.gpus_per_replica
+        before = max(0, desired - reactive)
+        after = max(0, desired - max(reactive, target))
+        speculative_gpus = max(0, speculative_gpus - (before - after) * gpr)
+    return Applied(max(desired, target), speculative_gpus, tuple(reasons), tuple(limits), ask.names)
