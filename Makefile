@@ -11,7 +11,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: crd demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
+.PHONY: keda-stubs crd demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ bench-retrain: $(STAMP) tools
 ## crd: regenerate deploy/base/crd.yaml from the one source (predictive_scaler/spec.py)
 crd: $(STAMP)
 	$(BIN)/python -m predictive_scaler.crd > deploy/base/crd.yaml
+
+## keda-stubs: regenerate the committed gRPC stubs of KEDA's external scaler API (predictive_scaler/keda/)
+keda-stubs: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. predictive_scaler/keda/externalscaler.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

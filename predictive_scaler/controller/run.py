@@ -74,6 +74,7 @@ def run_controller(settings: ControllerSettings) -> int:
     service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry,
                                 api_activity=activity)
     registry, _ = build_registry(service)
+    keda = start_keda_server(service)
     assert settings.health_stale_after_seconds is not None
     server = TelemetryServer(telemetry, settings.metrics_host, settings.metrics_port, settings.health_port,
                              settings.health_stale_after_seconds).start()
@@ -88,4 +89,16 @@ def run_controller(settings: ControllerSettings) -> int:
                  namespaces=[settings.namespace] if settings.namespace else ())
     finally:
         server.stop()
+        if keda is not None:
+            keda.stop()
     return 0
+
+
+def start_keda_server(service: Any) -> Any:
+    """KEDA's external scaler gRPC API over the service's decisions, on its own port (None: disabled)."""
+    port = service.settings.keda_port
+    if port is None:
+        return None
+    from predictive_scaler.keda.server import KedaServer
+
+    return KedaServer(service.keda_board, service.settings.metrics_host, port).start()

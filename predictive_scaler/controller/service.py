@@ -6,14 +6,17 @@
 1. paused (annotation ``predictive-scaler.io/paused: "true"``) → no action, condition ``Paused``;
 2. the spec is parsed by the one spec type → an invalid spec is a condition and an
    Event that say exactly what to fix, and no action;
-3. another autoscaler (HPA, KEDA ScaledObject) on the target → in ``scale`` mode the
-   scaler refuses to act and removes its placeholder; in ``forecast-only`` it only
-   reports (trying predictive-scaler beside an HPA is the point of that mode);
+3. another autoscaler (HPA, KEDA ScaledObject) on the target → in ``scale`` (and ``keda``)
+   mode the scaler refuses to act and removes its placeholder; in ``forecast-only`` it only
+   reports (trying predictive-scaler beside an HPA is the point of that mode). In ``keda``
+   mode the ScaledObject whose external trigger names this scaler, and the HPA it owns,
+   are how it acts, not conflicts;
 4. the planner state comes from ``status.plannerState`` (the in-memory copy is used
    only when it is newer, i.e. our own last write has not come back through the watch yet);
 5. :meth:`Reconciler.step` runs — the code path the backtest runs — inside a
    reservation of the cluster-wide speculative budget;
-6. ``forecast-only`` leaves no placeholder behind; the status, Events and metrics are written.
+6. ``forecast-only`` and ``keda`` leave no placeholder behind; the status, Events and metrics are
+   written; in ``keda`` mode the decision is published for the KEDA gRPC server (``keda_board``).
 
 API faults raise :class:`ClusterError` (the kopf handler turns a retryable one into
 ``kopf.TemporaryError``); they never reach the planner, so they never change the strategy.
@@ -57,6 +60,9 @@ from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.errors import ClusterError, ConfigError
 from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.keda.answer import answer_for
+from predictive_scaler.keda.board import KedaBoard
+from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
@@ -130,6 +136,9 @@ class ControllerService:
         self.api_activity = api_activity or ApiActivity()
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
+        #: The latest decision of each scaler in mode keda, for the KEDA gRPC server (keda/server.py).
+        assert settings.health_stale_after_seconds is not None
+        self.keda_board = KedaBoard(clock, settings.health_stale_after_seconds)
 
     # -- process-wide ---------------------------------------------------------------------------
     def seed_budget(self) -> int:
@@ -150,6 +159,7 @@ class ControllerService:
             self.telemetry.scalers = len(self._runtimes)
         self.budget.release(uid)
         self.telemetry.forget(namespace, name)
+        self.keda_board.withdraw(namespace, name, None)
 
     def _runtime(self, uid: str) -> ScalerRuntime:
         with self._lock:
@@ -200,11 +210,14 @@ class ControllerService:
 
         cluster = KubeClusterPort(self.kube, ref, parsed)
         try:
-            conflicts = tuple(c.describe() for c in cluster.conflicts())
+            found = cluster.conflicts()
         except ClusterError:
             self.telemetry.error(namespace, name, "cluster")
             raise
-        if conflicts and parsed.mode == "scale":
+        if parsed.mode == "keda":  # the ScaledObject using this scaler, and its HPA, are how it acts
+            found = foreign(found, name)
+        conflicts = tuple(c.describe() for c in found)
+        if conflicts and parsed.mode != "forecast-only":
             self._release_placeholder(cluster, uid, now_s)
             message = (f"refusing to scale {parsed.target.kind}/{parsed.target.name}: {', '.join(conflicts)} "
                        "already scales it and two autoscalers would fight; delete it (or set mode: "
@@ -223,7 +236,8 @@ class ControllerService:
             with self.budget.reserve(uid, price, now_s) as reservation:
                 reconciler.spec = capped_spec(parsed, reservation.allowed_gpus)
                 result = reconciler.step(state)
-                held = result.decision.speculative_gpus if result.applied else 0
+                # In mode keda the speculative replicas exist too: KEDA's HPA runs them.
+                held = result.decision.speculative_gpus if result.applied or parsed.mode == "keda" else 0
                 reservation.settle(held, now_s)
         except ConfigError as exc:  # e.g. the target's kind has no /scale
             self.telemetry.error(namespace, name, "config")
@@ -236,8 +250,8 @@ class ControllerService:
             raise
         finally:
             reconciler.spec = parsed
-        if parsed.mode == "forecast-only" and cluster.placeholder is not None:
-            # Switched from scale to forecast-only: it must leave nothing behind.
+        if parsed.mode != "scale" and cluster.placeholder is not None:
+            # Switched from scale to forecast-only or keda: it must leave nothing behind.
             cluster.remove_placeholder()
         runtime.state = result.state
 
@@ -256,6 +270,11 @@ class ControllerService:
             events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
         if runtime.model.problem and runtime.model.version:
             events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))
+        if parsed.mode == "keda":
+            self.keda_board.publish(answer_for(result.decision, parsed, namespace=namespace, name=name,
+                                               decided_at=result.now))
+        else:
+            self.keda_board.withdraw(namespace, name, f"its mode is {parsed.mode}, not keda")
         self._write_status(ref, body)
         runtime.api_reported()
         self._post(ref, runtime, events, now_s)
@@ -306,6 +325,7 @@ class ControllerService:
                 previous: Mapping[str, Any], generation: int | None, now: Any, *, paused: bool = False,
                 conflict: bool = False, mode: str | None = None, budget: dict[str, Any] | None = None,
                 event_type: str = "Warning") -> Outcome:
+        self.keda_board.withdraw(ref.namespace, ref.name, f"{reason}: {message}")
         api = self._api_before_status(ref, runtime)
         body = refused_status(reason, reason, message, previous, now, generation, mode=mode, conflict=conflict,
                               paused=paused, budget=budget, api=api)

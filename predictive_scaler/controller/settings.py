@@ -21,6 +21,9 @@ ENV_MODEL_STORE = ENV_PREFIX + "MODEL_STORE"
 ENV_INTERVAL = ENV_PREFIX + "RECONCILE_INTERVAL_SECONDS"
 ENV_BUDGET_GPUS = ENV_PREFIX + "CLUSTER_BUDGET_GPUS"
 ENV_BUDGET_COST = ENV_PREFIX + "CLUSTER_BUDGET_COST_PER_HOUR"
+ENV_KEDA_PORT = ENV_PREFIX + "KEDA_PORT"
+#: Port of KEDA's external scaler gRPC API (mode keda); "off" in the environment disables it.
+DEFAULT_KEDA_PORT = 6000
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class ControllerSettings:
     - ``prometheus_timeout_seconds``: one Prometheus HTTP call. Default 10.
     - ``health_stale_after_seconds``: /healthz fails once no reconcile completed for this
       long while scalers exist (a wedged loop must restart). Default 5 × interval.
+    - ``keda_port``: KEDA's external scaler gRPC API (scalers in mode keda); None: not served.
+      Default 6000 (``PREDICTIVE_SCALER_KEDA_PORT``, ``off`` to disable).
     """
 
     prometheus_url: str
@@ -82,6 +87,7 @@ class ControllerSettings:
     cluster_budget: ClusterBudgetLimits = ClusterBudgetLimits()
     prometheus_timeout_seconds: float = 10.0
     health_stale_after_seconds: float | None = None
+    keda_port: int | None = DEFAULT_KEDA_PORT
 
     def __post_init__(self) -> None:
         if not isinstance(self.prometheus_url, str) or not self.prometheus_url.startswith(("http://", "https://")):
@@ -93,9 +99,9 @@ class ControllerSettings:
                 and 5 <= self.interval_seconds <= 600):
             raise ConfigError(f"reconcile interval {self.interval_seconds!r} s is outside 5–600 s; the default "
                               "is 60", field="interval")
-        for name in ("metrics_port", "health_port"):
+        for name in ("metrics_port", "health_port", "keda_port"):
             port = getattr(self, name)
-            if port is None and name == "health_port":
+            if port is None and name in ("health_port", "keda_port"):
                 continue
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
                 raise ConfigError(f"{name.replace('_', '-')} {port!r} is not a TCP port (0–65535; 0 picks a "
@@ -122,6 +128,9 @@ class ControllerSettings:
         cost = _optional(environ.get(ENV_BUDGET_COST), ENV_BUDGET_COST, whole=False)
         budget = ClusterBudgetLimits(max_gpus=None if gpus is None else int(gpus), max_cost_per_hour=cost)
         values["cluster_budget"] = budget
+        keda = environ.get(ENV_KEDA_PORT, "").strip()
+        if keda:
+            values["keda_port"] = None if keda.lower() == "off" else _port(keda, ENV_KEDA_PORT)
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "prometheus_url" not in values:
             raise ConfigError(f"no Prometheus URL: pass --prometheus-url or set {ENV_PROMETHEUS_URL}",
@@ -139,6 +148,13 @@ def _number(text: str, name: str) -> float:
     if not math.isfinite(value):
         raise ConfigError(f"{name}={text!r} is not a finite number", field=name)
     return value
+
+
+def _port(text: str, name: str) -> int:
+    value = _number(text, name)
+    if not value.is_integer():
+        raise ConfigError(f"{name}={text!r} is not a TCP port; give e.g. 6000, or off", field=name)
+    return int(value)
 
 
 def _optional(text: str | None, name: str, *, whole: bool) -> float | None:

@@ -357,6 +357,10 @@ class ConflictingAutoscaler:
     kind: str  # "HorizontalPodAutoscaler" or "ScaledObject"
     name: str
     namespace: str
+    #: A ScaledObject's external-scaler triggers: the ``scalerName`` each one names.
+    external_scalers: tuple[str, ...] = ()
+    #: An HPA's owning ScaledObject (KEDA creates one HPA per ScaledObject).
+    owner_scaled_object: str | None = None
 
     def describe(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
@@ -816,7 +820,10 @@ class KubeCluster:
         )
         found = [
             ConflictingAutoscaler(
-                "HorizontalPodAutoscaler", hpa["metadata"]["name"], target.namespace
+                "HorizontalPodAutoscaler",
+                hpa["metadata"]["name"],
+                target.namespace,
+                owner_scaled_object=_owner(hpa, "ScaledObject"),
             )
             for hpa in hpas
             if _targets(((hpa.get("spec") or {}).get("scaleTargetRef")) or {}, target, None)
@@ -839,7 +846,12 @@ class KubeCluster:
                 raise
             scaled_objects = []  # the CRD is not installed: KEDA is absent
         found.extend(
-            ConflictingAutoscaler("ScaledObject", so["metadata"]["name"], target.namespace)
+            ConflictingAutoscaler(
+                "ScaledObject",
+                so["metadata"]["name"],
+                target.namespace,
+                external_scalers=_external_scalers(so),
+            )
             for so in scaled_objects
             # KEDA defaults an omitted kind/apiVersion to an apps/v1 Deployment.
             if _targets(((so.get("spec") or {}).get("scaleTargetRef")) or {}, target, "apps/v1")
@@ -1149,3 +1161,27 @@ def _scaler_path(namespace: str, name: str) -> str:
 
 if __name__ == "__main__":
     print(api_calls_markdown(), end="")
+
+
+#: KEDA ScaledObject trigger types that call an external scaler (mode keda serves them).
+EXTERNAL_TRIGGERS = ("external", "external-push")
+
+
+def _owner(obj: Mapping[str, Any], kind: str) -> str | None:
+    """Name of the ``kind`` that owns ``obj`` (its ownerReferences), if any."""
+    for ref in ((obj.get("metadata") or {}).get("ownerReferences")) or ():
+        if isinstance(ref, Mapping) and ref.get("kind") == kind and isinstance(ref.get("name"), str):
+            return str(ref["name"])
+    return None
+
+
+def _external_scalers(scaled_object: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``scalerName`` of each external / external-push trigger of a KEDA ScaledObject."""
+    names = []
+    for trigger in ((scaled_object.get("spec") or {}).get("triggers")) or ():
+        if not isinstance(trigger, Mapping) or trigger.get("type") not in EXTERNAL_TRIGGERS:
+            continue
+        name = (trigger.get("metadata") or {}).get("scalerName")
+        if isinstance(name, str):
+            names.append(name)
+    return tuple(names)

@@ -1,0 +1,88 @@
+"""The latest KEDA answer per scaler: the controller writes it after each reconcile, the gRPC server reads it.
+
+One code path: an answer is only ever made from a reconcile's decision
+(:func:`~predictive_scaler.keda.answer.answer_for`). Until a scaler's first reconcile
+in this process, and once its last answer is older than ``stale_after_seconds``,
+there is no answer: the server says UNAVAILABLE, which KEDA's HPA treats as a
+failed metric and so never scales down on (and KEDA's ``fallback`` applies when
+the ScaledObject sets one). A scaler that cannot be served (another mode, paused,
+an invalid spec, a conflicting autoscaler) is withdrawn with the reason, and the
+server answers FAILED_PRECONDITION with it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+from predictive_scaler.clock import Clock
+from predictive_scaler.keda.answer import KedaAnswer
+
+Code = Literal["ok", "unavailable", "failed-precondition"]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    code: Code
+    message: str
+    answer: KedaAnswer | None = None
+
+
+class KedaBoard:
+    def __init__(self, clock: Clock, stale_after_seconds: float) -> None:
+        self.clock = clock
+        self.stale_after_seconds = float(stale_after_seconds)
+        self._answers: dict[tuple[str, str], KedaAnswer] = {}
+        self._withdrawn: dict[tuple[str, str], str] = {}
+        self._version = 0
+        self._changed = threading.Condition()
+
+    def publish(self, answer: KedaAnswer) -> None:
+        key = (answer.namespace, answer.name)
+        with self._changed:
+            self._answers[key] = answer
+            self._withdrawn.pop(key, None)
+            self._version += 1
+            self._changed.notify_all()
+
+    def withdraw(self, namespace: str, name: str, why: str | None) -> None:
+        """No answer for this scaler any more; ``why`` None forgets it entirely (deleted)."""
+        key = (namespace, name)
+        with self._changed:
+            self._answers.pop(key, None)
+            if why is None:
+                self._withdrawn.pop(key, None)
+            else:
+                self._withdrawn[key] = why
+            self._version += 1
+            self._changed.notify_all()
+
+    def lookup(self, namespace: str, name: str) -> Lookup:
+        key = (namespace, name)
+        with self._changed:
+            answer = self._answers.get(key)
+            withdrawn = self._withdrawn.get(key)
+        if withdrawn is not None:
+            return Lookup("failed-precondition", f"PredictiveScaler {namespace}/{name} is not served to KEDA: "
+                                                 f"{withdrawn}")
+        if answer is None:
+            return Lookup("unavailable", f"no decision for PredictiveScaler {namespace}/{name} yet: it has not been "
+                                         "reconciled since the controller started, or there is no such scaler in "
+                                         f"namespace {namespace} (the ScaledObject's namespace)")
+        age = self.clock.now().timestamp() - answer.decided_at.timestamp()
+        if age > self.stale_after_seconds:
+            return Lookup("unavailable", f"the last decision for {namespace}/{name} is {age:.0f} s old (more than "
+                                         f"{self.stale_after_seconds:.0f} s): the controller is not reconciling it")
+        return Lookup("ok", answer.why, answer)
+
+    def wait(self, version: int, timeout: float) -> int:
+        """Block until something changed after ``version`` (or ``timeout`` s); returns the current version."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != version, timeout=timeout)
+            return self._version
+
+    @property
+    def version(self) -> int:
+        with self._changed:
+            return self._version
