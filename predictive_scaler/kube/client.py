@@ -850,7 +850,7 @@ class KubeCluster:
                 "ScaledObject",
                 so["metadata"]["name"],
                 target.namespace,
-                external_scalers=_external_scalers(so),
+                external_scalers=external_scaler_names(so),
             )
             for so in scaled_objects
             # KEDA defaults an omitted kind/apiVersion to an apps/v1 Deployment.
@@ -1175,7 +1175,7 @@ def _owner(obj: Mapping[str, Any], kind: str) -> str | None:
     return None
 
 
-def _external_scalers(scaled_object: Mapping[str, Any]) -> tuple[str, ...]:
+def external_scaler_names(scaled_object: Mapping[str, Any]) -> tuple[str, ...]:
     """The ``scalerName`` of each external / external-push trigger of a KEDA ScaledObject."""
     names = []
     for trigger in ((scaled_object.get("spec") or {}).get("triggers")) or ():

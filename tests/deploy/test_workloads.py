@@ -160,8 +160,13 @@ def test_network_policy_allows_only_api_server_prometheus_and_dns():
     host_parts = (url.hostname or "").split(".")
     assert len(host_parts) >= 2 and host_parts[1] == namespace, "the Prometheus URL is not in the allowed namespace"
     assert url.port == 9090
-    (ingress,) = policy["spec"]["ingress"]
-    assert _ports(ingress) == {("TCP", 8080)}
+    prometheus_in, keda_in = policy["spec"]["ingress"]
+    assert _ports(prometheus_in) == {("TCP", 8080)}
+    assert _ports(keda_in) == {("TCP", 6000)}  # KEDA's operator calls the external scaler API (mode keda)
+    (keda_peer,) = keda_in["from"]
+    assert keda_peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "keda"
+    service = one(BASE, "Service", "predictive-scaler-keda")
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(6000, "keda")]
 
 
 def test_dashboard_configmap_carries_the_committed_json_for_the_grafana_sidecar():

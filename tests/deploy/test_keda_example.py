@@ -1,0 +1,37 @@
+"""deploy/examples/vllm-keda: the PredictiveScaler in mode keda and the ScaledObject that uses it."""
+
+from __future__ import annotations
+
+import jsonschema
+
+from predictive_scaler import crd
+from predictive_scaler.keda.ownership import foreign
+from predictive_scaler.kube.client import ConflictingAutoscaler, external_scaler_names
+from predictive_scaler.spec import ScalerSpec
+from tests.deploy.support import DEPLOY, OVERLAYS, one, openapi_to_jsonschema, render
+
+EXAMPLE = DEPLOY / "examples" / "vllm-keda"
+
+
+def test_the_scaledobject_uses_the_scaler_in_keda_mode_through_the_keda_service() -> None:
+    objs = render(EXAMPLE)
+    scaler = one(objs, crd.KIND)
+    spec = ScalerSpec.from_dict(scaler["spec"])
+    assert spec.mode == "keda" and not spec.prewarm.enabled and spec.events
+    schema = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    jsonschema.Draft4Validator(openapi_to_jsonschema(schema)).validate(scaler)
+    so = one(objs, "ScaledObject")
+    assert so["metadata"]["namespace"] == scaler["metadata"]["namespace"]
+    assert so["spec"]["scaleTargetRef"]["name"] == spec.target.name
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (spec.min_replicas, spec.max_replicas)
+    [external] = [t for t in so["spec"]["triggers"] if t["type"] in ("external", "external-push")]
+    assert external["metadata"]["scalerName"] == scaler["metadata"]["name"]
+    host, port = external["metadata"]["scalerAddress"].rsplit(":", 1)
+    service = one(render(OVERLAYS["default"]), "Service", "predictive-scaler-keda")
+    assert host == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert int(port) == service["spec"]["ports"][0]["port"]
+    # The controller reads it as this scaler's own ScaledObject, not a conflicting autoscaler.
+    found = ConflictingAutoscaler("ScaledObject", so["metadata"]["name"], so["metadata"]["namespace"],
+                                  external_scalers=external_scaler_names(so))
+    assert foreign([found], scaler["metadata"]["name"]) == ()
+    assert foreign([found], "someone-else") == (found,)
