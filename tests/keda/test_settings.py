@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from predictive_scaler.controller.settings import DEFAULT_KEDA_PORT, ENV_KEDA_PORT, ControllerSettings
+from predictive_scaler.controller.settings import (
+    DEFAULT_KEDA_PORT,
+    ENV_KEDA_PORT,
+    ControllerSettings,
+)
 from predictive_scaler.errors import ConfigError
 
 BASE = {"PREDICTIVE_SCALER_PROMETHEUS_URL": "http://prometheus:9090", "PREDICTIVE_SCALER_MODEL_STORE": "/models"}
