@@ -75,6 +75,7 @@ from predictive_scaler.forecasting.store import (
     write_atomic,
 )
 from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk_forward
+from predictive_scaler.policy import events as event_policy
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
 from predictive_scaler.spec import ScalerSpec
 
@@ -537,8 +538,11 @@ def _retrain(target: ScalerTarget, history: HistoryPort, store: ModelStore, sett
     horizons = horizons_for(spec)
     eval_settings = EvaluationSettings(quantile=spec.quantile, horizons=horizons,
                                        min_history=fit_part.span - scored)
+    # Past occurrences of the scaler's scheduled events are Prophet's holidays for this fit.
+    options = event_policy.forecaster_options(spec.events, fit_part.start.timestamp(), fit_part.end.timestamp())
     result = train_model(fit_part, settings.kinds, spec.quantile, max(horizons),
-                         min_history=eval_settings.min_history, step_seconds=step, settings=eval_settings)
+                         min_history=eval_settings.min_history, step_seconds=step, settings=eval_settings,
+                         options=options)
     challenger = result.model
 
     serving_version = _serving_version(store, model_name)

@@ -304,13 +304,17 @@ def evaluate(
     *,
     step_seconds: int = DEFAULT_MODEL_STEP,
     progress: Progress | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> EvaluationReport:
-    """Evaluate each model kind walk-forward on ``series`` and select one."""
+    """Evaluate each model kind walk-forward on ``series`` and select one.
+
+    ``options`` gives a kind its forecaster options (e.g. Prophet's ``holidays``)."""
     cfg = settings or EvaluationSettings()
     grid = model_series(series, step_seconds)
     if not kinds:
         raise ModelError(f"no models to evaluate; choose from {', '.join(registry.FORECASTER_KINDS)}")
-    results = {kind: evaluate_model(kind, grid, cfg, progress=progress) for kind in kinds}
+    results = {kind: evaluate_model(kind, grid, cfg, progress=progress, forecaster_options=(options or {}).get(kind))
+               for kind in kinds}
     notes = tuple(
         f"{format_duration(h)} is not a multiple of the {grid.step_seconds}s step: undefined"
         for h in cfg.horizons if horizon_steps(h, grid.step_seconds) is None

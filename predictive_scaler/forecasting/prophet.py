@@ -66,6 +66,14 @@ class ProphetSettings:
     #: night, when counts are small). One band by default: terciles measured no better after
     #: calibration on NASA-HTTP (30-min pinball 1.851 vs 1.844, coverage 0.959 vs 0.955).
     level_bands: int = 1
+    #: Known past events as ``(name, start, end)`` epoch seconds (the scaler's ``spec.events``
+    #: occurrences in the training window). They become Prophet holidays — one indicator per
+    #: calendar day (UTC) an occurrence touches, Prophet's own granularity, which takes what the
+    #: event does to the rest of its day — and their exact windows are left out of the fit, the
+    #: residual model and the error quantiles, so an event does not bend the seasonal curve. The
+    #: stored curve excludes the holiday terms: future occurrences are raised by the planner
+    #: (policy/events.py), not forecast.
+    holidays: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.changepoint_prior_scale > 0 and math.isfinite(self.changepoint_prior_scale)):
@@ -76,6 +84,9 @@ class ProphetSettings:
             raise ModelError("prophet: level_bands must be between 1 and 10")
         if self.error_horizon_seconds <= 0 or self.max_gap_seconds < 0 or self.warmup_steps < 1:
             raise ModelError("prophet: error_horizon_seconds must be positive, max_gap_seconds non-negative")
+        for name, start, end in self.holidays:
+            if not (name and math.isfinite(start) and math.isfinite(end) and end > start):
+                raise ModelError(f"prophet: holiday {name!r} needs a name and an end after its start")
 
 
 def _quiet_stan_logging() -> None:
@@ -118,7 +129,10 @@ class ProphetForecaster:
 
         times = history.timestamps()
         y = np.log1p(history.values)
-        frame = pd.DataFrame({"ds": times.tz_localize(None)[finite], "y": y[finite]})
+        # Event windows are left out of the fit: Prophet's holidays are whole days, so they alone
+        # would let a three-hour launch bend the daily and weekly terms.
+        usual = finite & ~_in_windows(_epoch_seconds(times), s.holidays)
+        frame = pd.DataFrame({"ds": times.tz_localize(None)[usual], "y": y[usual]})
         model = Prophet(
             growth="linear",
             changepoint_prior_scale=s.changepoint_prior_scale,
@@ -126,6 +140,7 @@ class ProphetForecaster:
             weekly_seasonality=s.weekly_order,
             daily_seasonality=s.daily_order,
             uncertainty_samples=0,
+            holidays=_holiday_frame(s.holidays),
         )
         try:
             with warnings.catch_warnings():
@@ -136,9 +151,10 @@ class ProphetForecaster:
         except Exception as exc:  # Stan/cmdstanpy raise RuntimeError, ValueError …
             raise ModelError(f"prophet: fitting {history.name!r} failed ({exc}); check the trace for long flat or empty stretches") from exc
 
-        curve = _curve_from_prophet(model)
+        curve = _curve_from_prophet(model, holidays=bool(s.holidays))
         fitted = curve.evaluate(_epoch_seconds(times))
         residual = y - fitted  # NaN where unobserved
+        residual[_in_windows(_epoch_seconds(times), s.holidays)] = np.nan  # events are not the usual error
         phi, theta = _fit_arima(residual)
         max_gap = s.max_gap_seconds // history.step_seconds
         h_max = max(1, math.ceil(s.error_horizon_seconds / history.step_seconds))
@@ -234,7 +250,25 @@ class ProphetCurve:
         )
 
 
-def _curve_from_prophet(model: Any) -> ProphetCurve:
+def _holiday_frame(holidays: Sequence[tuple[str, float, float]]) -> pd.DataFrame | None:
+    """Prophet's holidays table: one row per (event, UTC day an occurrence touches)."""
+    rows = []
+    for name, start, end in holidays:
+        first = pd.Timestamp(start, unit="s").normalize()
+        last = pd.Timestamp(end - 1e-3, unit="s").normalize()
+        rows += [{"holiday": name, "ds": day, "lower_window": 0, "upper_window": 0}
+                 for day in pd.date_range(first, last, freq="D")]
+    return pd.DataFrame(rows).drop_duplicates(["holiday", "ds"]) if rows else None
+
+
+def _in_windows(epoch: np.ndarray, holidays: Sequence[tuple[str, float, float]]) -> np.ndarray:
+    mask = np.zeros(epoch.shape, dtype=bool)
+    for _, start, end in holidays:
+        mask |= (epoch >= start) & (epoch < end)
+    return mask
+
+
+def _curve_from_prophet(model: Any, *, holidays: bool = False) -> ProphetCurve:
     if model.growth != "linear" or model.scaling != "absmax" or model.logistic_floor:
         raise ModelError("prophet: only linear growth with absmax scaling is supported")
     params = model.params
@@ -247,7 +281,8 @@ def _curve_from_prophet(model: Any) -> ProphetCurve:
         width = 2 * int(props["fourier_order"])
         seas.append((float(props["period"]), int(props["fourier_order"]), betas[col:col + width].copy()))
         col += width
-    if col != betas.size:
+    # Holiday columns follow the seasonalities in Prophet's design matrix; they are left out.
+    if col != betas.size and not (holidays and col < betas.size and not model.extra_regressors):
         raise ModelError("prophet: unexpected extra regressors or holidays in the fitted model")
     return ProphetCurve(
         start_epoch=pd.Timestamp(model.start).tz_localize(None).value / _NS,

@@ -82,13 +82,16 @@ def train_model(
     step_seconds: int = DEFAULT_MODEL_STEP,
     settings: EvaluationSettings | None = None,
     progress: Progress | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> TrainingResult:
-    """Evaluate ``kinds`` on ``series``, then fit and calibrate the selected one on recent history."""
+    """Evaluate ``kinds`` on ``series``, then fit and calibrate the selected one on recent history.
+
+    ``options`` gives a kind its forecaster options (e.g. ``{"prophet": {"holidays": …}}``)."""
     horizons = tuple(sorted({*(h for h in DEFAULT_HORIZONS if h <= horizon), horizon}))
     cfg = settings or EvaluationSettings(quantile=quantile, horizons=horizons, min_history=min_history)
     cfg = replace(cfg, quantile=quantile)
     grid = model_series(series, step_seconds)
-    report = evaluate(grid, kinds, cfg, step_seconds=step_seconds, progress=progress)
+    report = evaluate(grid, kinds, cfg, step_seconds=step_seconds, progress=progress, options=options)
     if report.selected is None:
         failures = "; ".join(m.error or f"{k}: no score" for k, m in report.models.items())
         raise ModelError(f"{series.name}: no model could be evaluated ({failures})")
@@ -97,7 +100,7 @@ def train_model(
     train = int(cfg.train_window.total_seconds() // grid.step_seconds)
     fit_end = len(grid) - cal
     t0 = time.perf_counter()
-    base = registry.forecaster(kind).fit(grid.slice(max(0, fit_end - train), fit_end))
+    base = registry.forecaster(kind, **dict((options or {}).get(kind) or {})).fit(grid.slice(max(0, fit_end - train), fit_end))
     fit_seconds = time.perf_counter() - t0
     window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
     lo = max(0, fit_end - 1 - window)

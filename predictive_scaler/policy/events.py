@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from predictive_scaler.policy.capacity import replicas_for
 from predictive_scaler.spec import WEEK, ScalerSpec, ScheduledEvent
 
-__all__ = ["Applied", "EventRaise", "Occurrence", "apply", "in_force", "lead_seconds", "occurrences", "raise_plan"]
+__all__ = ["Applied", "EventRaise", "Occurrence", "apply", "forecaster_options", "holiday_windows", "in_force",
+           "lead_seconds", "occurrences", "raise_plan"]
 
 _WEEK_S = WEEK.total_seconds()
 
@@ -171,3 +172,14 @@ def apply(spec: ScalerSpec, t: float, *, desired: int, speculative_gpus: int, re
         after = max(0, desired - max(reactive, target))
         speculative_gpus = max(0, speculative_gpus - (before - after) * gpr)
     return Applied(max(desired, target), speculative_gpus, tuple(reasons), tuple(limits), ask.names)
+
+
+def holiday_windows(events: Sequence[ScheduledEvent], start: float, end: float) -> tuple[tuple[str, float, float], ...]:
+    """Past occurrences in ``[start, end)`` as ``(name, start, end)``: Prophet's training holidays."""
+    return tuple((o.event.name, max(o.start, start), min(o.end, end)) for o in occurrences(events, start, end))
+
+
+def forecaster_options(events: Sequence[ScheduledEvent], start: float, end: float) -> dict[str, dict[str, object]]:
+    """Per-kind forecaster options the events imply for training on ``[start, end)`` (Prophet's holidays)."""
+    windows = holiday_windows(events, start, end)
+    return {"prophet": {"holidays": windows}} if windows else {}
