@@ -31,10 +31,12 @@ from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, si
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel, Forecast
+from predictive_scaler.policy import events as event_policy
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
 from predictive_scaler.series import Series, format_duration
+from predictive_scaler.spec import ScheduledEvent
 
 if TYPE_CHECKING:
     from predictive_scaler.backtest.runner import ForecastRecord, ModelEvent, Progress, Setup
@@ -219,6 +221,8 @@ class Trainer:
     step_seconds: int
     scored_window: timedelta
     events: list[ModelEvent] = field(default_factory=list)
+    #: The spec's scheduled events: their past occurrences are Prophet's holidays, as in the retraining job.
+    scheduled: tuple[ScheduledEvent, ...] = ()
 
     def initial(self, history: Series, at: datetime) -> FittedModel:
         model, _, kind, seconds = self._train(history)
@@ -243,8 +247,9 @@ class Trainer:
 
         min_history = max(timedelta(days=4), history.span - self.scored_window)
         started = time.perf_counter()
+        options = event_policy.forecaster_options(self.scheduled, history.start.timestamp(), history.end.timestamp())
         result = train_model(history, kinds=self.kinds, quantile=self.quantile, horizon=self.horizon,
-                             min_history=min_history, step_seconds=self.step_seconds)
+                             min_history=min_history, step_seconds=self.step_seconds, options=options)
         challenger = result.metrics.get("models", {}).get(result.kind, {})
         return result.model, challenger, result.kind, time.perf_counter() - started
 
@@ -268,7 +273,7 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     step = setup.model_step
     trainer = Trainer(kinds=scenario.forecasters, quantile=spec.quantile,
                       horizon=timedelta(seconds=spec.horizon_seconds), step_seconds=step,
-                      scored_window=scenario.retrain_every)
+                      scored_window=scenario.retrain_every, scheduled=spec.events)
     first = trainer.initial(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
     quantiles = tuple(sorted({0.5, spec.quantile}))
     served = ServedModel(first, "v1", horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles,

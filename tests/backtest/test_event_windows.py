@@ -76,3 +76,28 @@ def test_a_bad_event_in_a_scenario_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
     assert info.value.field == "spec.events[0].start"
+
+
+def test_the_backtests_training_gets_past_occurrences_as_holidays(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from predictive_scaler.forecasting import selection
+
+    seen: list[object] = []
+    real = selection.train_model
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("options"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(selection, "train_model", recording)
+    weekly = [{"name": "launch", "start": "2024-01-01T06:00:00Z", "end": "2024-01-01T08:00:00Z",
+               "minReplicas": FLOOR, "recurrence": "weekly"}]
+    path = scenario_file(tmp_path, events=weekly, policies=["predictive"], evaluation="3h")
+    result = run_backtest(daily_trace(), load_scenario(path))
+    first = seen[0]
+    assert isinstance(first, dict)
+    assert first["prophet"]["holidays"] == (("launch", pd.Timestamp("2024-01-01T06:00:00Z").timestamp(),
+                                             pd.Timestamp("2024-01-01T08:00:00Z").timestamp()),)
+    # The next occurrence (Jan 8, 06:00) is after the 3 evaluated hours and their lead time: none to mark.
+    assert event_windows.windows(result) == []
+    assert "No event window falls inside the evaluation." in markdown(result)
