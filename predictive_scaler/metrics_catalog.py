@@ -41,7 +41,7 @@ CATALOG: tuple[MetricDef, ...] = (
               "1 for the strategy in use (predictive, reactive, hold), 0 for the others.",
               SCALER_LABELS + ("strategy",)),
     MetricDef("predictive_scaler_mode", "gauge",
-              "1 for the configured mode (forecast-only, scale), 0 for the other.",
+              "1 for the configured mode (forecast-only, scale, keda), 0 for the others.",
               SCALER_LABELS + ("mode",)),
     MetricDef("predictive_scaler_drift_active", "gauge", "1 while forecast drift keeps the scaler reactive."),
     MetricDef("predictive_scaler_budget_gpus_in_use", "gauge", "Speculative GPUs in use against the prewarm budget."),

@@ -147,7 +147,9 @@ def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
                                "removed"))
     else:
         conds.append(Condition(CONFLICT, "False", "NoOtherAutoscaler",
-                               "no HPA or KEDA ScaledObject targets the same workload"))
+                               "no other HPA or ScaledObject targets the same workload (the ScaledObject whose "
+                               "external trigger names this scaler, and KEDA's HPA for it, are how it acts)"
+                               if spec.mode == "keda" else "no HPA or KEDA ScaledObject targets the same workload"))
     conds.append(Condition(PAUSED, "False", "NotPaused", "reconciling"))
     if extra.api is not None:
         conds.append(extra.api.condition())

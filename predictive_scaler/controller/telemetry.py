@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import typing
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,10 +32,10 @@ from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.metrics_catalog import CATALOG
 from predictive_scaler.policy.capacity import replicas_for
 from predictive_scaler.reconcile import ReconcileResult
-from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.spec import Mode, ScalerSpec
 
 STRATEGIES = ("predictive", "reactive", "hold")
-MODES = ("forecast-only", "scale")
+MODES: tuple[str, ...] = typing.get_args(Mode)
 ERROR_KINDS = ("metrics", "model", "cluster", "config", "internal")
 #: Reconcile duration buckets (seconds): one reconcile should take well under a second.
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
