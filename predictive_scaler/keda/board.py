@@ -58,7 +58,8 @@ class KedaBoard:
             self._version += 1
             self._changed.notify_all()
 
-    def lookup(self, namespace: str, name: str) -> Lookup:
+    def lookup(self, namespace: str, name: str, *, stale_ok: bool = False) -> Lookup:
+        """The answer for a scaler; ``stale_ok`` also returns an old one (its target still holds)."""
         key = (namespace, name)
         with self._changed:
             answer = self._answers.get(key)
@@ -71,7 +72,7 @@ class KedaBoard:
                                          "reconciled since the controller started, or there is no such scaler in "
                                          f"namespace {namespace} (the ScaledObject's namespace)")
         age = self.clock.now().timestamp() - answer.decided_at.timestamp()
-        if age > self.stale_after_seconds:
+        if age > self.stale_after_seconds and not stale_ok:
             return Lookup("unavailable", f"the last decision for {namespace}/{name} is {age:.0f} s old (more than "
                                          f"{self.stale_after_seconds:.0f} s): the controller is not reconciling it")
         return Lookup("ok", answer.why, answer)

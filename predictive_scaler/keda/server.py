@@ -9,7 +9,8 @@ ScaledObject's namespace and in ``mode: keda``. Answers:
 - GetMetricSpec — one metric, target = one replica's planned capacity;
 - GetMetrics — the demand the plan provisions for (see :mod:`answer`).
 
-No decision yet, or a stale one → UNAVAILABLE; a scaler not served (another
+No decision yet, or a stale one → UNAVAILABLE (GetMetricSpec still answers from a stale
+decision: the target depends on the spec only); a scaler not served (another
 mode, paused, invalid, conflicting) → FAILED_PRECONDITION with the reason; no
 ``scalerName`` → INVALID_ARGUMENT. StreamMetricSpec is UNIMPLEMENTED, which KEDA
 documents as "poll GetMetricSpec instead".
@@ -48,13 +49,13 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         self.stopping = stopping
 
     # -- answers ---------------------------------------------------------------------------
-    def _answer(self, ref: Any, context: grpc.ServicerContext) -> KedaAnswer:
+    def _answer(self, ref: Any, context: grpc.ServicerContext, *, stale_ok: bool = False) -> KedaAnswer:
         name = str(ref.scalerMetadata.get(SCALER_NAME_KEY, "")).strip()
         if not name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"ScaledObject {ref.namespace}/{ref.name}: the trigger's metadata has no "
                           f"{SCALER_NAME_KEY}; set it to the PredictiveScaler's name (same namespace)")
-        found = self.board.lookup(ref.namespace, name)
+        found = self.board.lookup(ref.namespace, name, stale_ok=stale_ok)
         if found.answer is None:
             context.abort(_CODES[found.code], found.message)
         assert found.answer is not None
@@ -74,7 +75,9 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
             self.board.wait(version, timeout=1.0)
 
     def GetMetricSpec(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        answer = self._answer(request, context)
+        # The target depends on the spec only: a stale decision's target still holds, so KEDA keeps
+        # its HPA's metric spec while GetMetrics says UNAVAILABLE (and the HPA holds its replicas).
+        answer = self._answer(request, context, stale_ok=True)
         return pb.GetMetricSpecResponse(metricSpecs=[pb.MetricSpec(
             metricName=METRIC_NAME, targetSizeFloat=answer.target_size,
             targetSize=max(1, round(answer.target_size)))])

@@ -84,6 +84,7 @@ def test_the_board_answers_fresh_decisions_only() -> None:
     clock.advance(301)
     assert board.lookup("ml", "llm").code == "unavailable"
     assert "301 s old" in board.lookup("ml", "llm").message
+    assert board.lookup("ml", "llm", stale_ok=True).code == "ok"
     board.withdraw("ml", "llm", "paused")
     assert board.lookup("ml", "llm").code == "failed-precondition"
     board.publish(answer_for(decision(), SPEC, namespace="ml", name="llm", decided_at=clock.now()))

@@ -225,6 +225,8 @@ def test_errors_say_why(prometheus_server: BackfilledPrometheus, store: ModelSto
         with pytest.raises(grpc.RpcError) as info:
             c.stub.IsActive(ref("llm"), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "old" in info.value.details()
+        [kept] = c.stub.GetMetricSpec(ref("llm"), timeout=5).metricSpecs  # the target does not age
+        assert kept.targetSizeFloat == ScalerSpec.from_dict(spec_dict(prometheus_server)).capacity_per_replica
         with pytest.raises(grpc.RpcError) as info:
             c.stub.StreamMetricSpec(ref("llm"), timeout=5).next()
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED  # KEDA then polls GetMetricSpec
