@@ -44,9 +44,12 @@ _CODES = {"unavailable": grpc.StatusCode.UNAVAILABLE, "failed-precondition": grp
 
 
 class ExternalScaler(pb_grpc.ExternalScalerServicer):
-    def __init__(self, board: KedaBoard, stopping: threading.Event) -> None:
+    def __init__(self, board: KedaBoard, stopping: threading.Event, max_streams: int) -> None:
         self.board = board
         self.stopping = stopping
+        #: Each open stream holds a worker thread; the rest stay free for the polling calls.
+        self.max_streams = max_streams
+        self._streams = threading.BoundedSemaphore(max_streams)
 
     # -- answers ---------------------------------------------------------------------------
     def _answer(self, ref: Any, context: grpc.ServicerContext, *, stale_ok: bool = False) -> KedaAnswer:
@@ -65,14 +68,21 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         return pb.IsActiveResponse(result=self._answer(request, context).active)
 
     def StreamIsActive(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
-        last: bool | None = None
-        while context.is_active() and not self.stopping.is_set():
-            version = self.board.version
-            active = self._answer(request, context).active  # also notices a stale or withdrawn answer
-            if active != last:
-                last = active
-                yield pb.IsActiveResponse(result=active)
-            self.board.wait(version, timeout=1.0)
+        if not self._streams.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{self.max_streams} StreamIsActive streams are open already; use trigger type "
+                          "external (polled) for more ScaledObjects")
+        try:
+            last: bool | None = None
+            while context.is_active() and not self.stopping.is_set():
+                version = self.board.version
+                active = self._answer(request, context).active  # also notices a stale or withdrawn answer
+                if active != last:
+                    last = active
+                    yield pb.IsActiveResponse(result=active)
+                self.board.wait(version, timeout=1.0)
+        finally:
+            self._streams.release()
 
     def GetMetricSpec(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         # The target depends on the spec only: a stale decision's target still holds, so KEDA keeps
@@ -96,11 +106,13 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
 class KedaServer:
     """The gRPC server on ``host:port`` (port 0 picks a free one; see :attr:`port`)."""
 
-    def __init__(self, board: KedaBoard, host: str, port: int, *, workers: int = 8) -> None:
+    def __init__(self, board: KedaBoard, host: str, port: int, *, workers: int = 64,
+                 polling_workers: int = 8) -> None:
         self.board = board
         self._stopping = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keda-grpc"))
-        pb_grpc.add_ExternalScalerServicer_to_server(ExternalScaler(board, self._stopping), self._server)
+        servicer = ExternalScaler(board, self._stopping, max_streams=max(1, workers - polling_workers))
+        pb_grpc.add_ExternalScalerServicer_to_server(servicer, self._server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             self.port = self._server.add_insecure_port(address)

@@ -94,3 +94,35 @@ def test_the_board_answers_fresh_decisions_only() -> None:
     board.withdraw("ml", "llm", None)
     assert board.version != version and board.lookup("ml", "llm").code == "unavailable"
     assert clock.now() - NOW == timedelta(seconds=301)
+
+
+def test_streams_beyond_the_limit_are_refused_and_polling_still_answers() -> None:
+    import grpc
+
+    from predictive_scaler.keda import externalscaler_pb2 as pb
+    from predictive_scaler.keda import externalscaler_pb2_grpc as pb_grpc
+    from predictive_scaler.keda.server import KedaServer
+
+    clock = FakeClock(NOW)
+    board = KedaBoard(clock, stale_after_seconds=300)
+    board.publish(answer_for(decision(), SPEC, namespace="ml", name="llm", decided_at=NOW))
+    server = KedaServer(board, "127.0.0.1", 0, workers=4, polling_workers=2).start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        ref = pb.ScaledObjectRef(name="so", namespace="ml", scalerMetadata={"scalerName": "llm"})
+        streams = [stub.StreamIsActive(ref, timeout=10) for _ in range(2)]
+        assert [next(s).result for s in streams] == [True, True]
+        with pytest.raises(grpc.RpcError) as info:
+            next(stub.StreamIsActive(ref, timeout=10))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert stub.IsActive(ref, timeout=5).result is True
+        # A change reaches the open streams.
+        board.publish(answer_for(decision(desired=0, demand=0.0, q_pod=0.0), SPEC, namespace="ml", name="llm",
+                                 decided_at=NOW))
+        assert [next(s).result for s in streams] == [False, False]
+        for s in streams:
+            s.cancel()
+    finally:
+        channel.close()
+        server.stop()
