@@ -101,3 +101,8 @@ def test_the_backtests_training_gets_past_occurrences_as_holidays(tmp_path: Path
     # The next occurrence (Jan 8, 06:00) is after the 3 evaluated hours and their lead time: none to mark.
     assert event_windows.windows(result) == []
     assert "No event window falls inside the evaluation." in markdown(result)
+
+
+def test_the_bundled_event_scenario_loads() -> None:
+    scenario = load_scenario("backtests/launch-event.yaml")
+    assert [e["name"] for e in scenario.spec["events"]] == ["launch", "webcast"]
