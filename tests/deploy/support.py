@@ -24,6 +24,7 @@ OVERLAYS: dict[str, Path] = {
     "default": DEPLOY / "overlays" / "default",
     "prometheus-operator": DEPLOY / "overlays" / "prometheus-operator",
     "example-vllm-forecast-only": DEPLOY / "examples" / "vllm-forecast-only",
+    "example-vllm-keda": DEPLOY / "examples" / "vllm-keda",
 }
 
 

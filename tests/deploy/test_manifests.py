@@ -70,6 +70,35 @@ MONITORING_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The keda.sh/v1alpha1 ScaledObject fields the examples use (a strict subset of KEDA's CRD, >= 2.12).
+_INT32 = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
+KEDA_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ScaledObject": {
+        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"enum": ["keda.sh/v1alpha1"]}, "kind": {"enum": ["ScaledObject"]},
+            "metadata": _META,
+            "spec": {"type": "object", "required": ["scaleTargetRef", "triggers"], "additionalProperties": False,
+                     "properties": {
+                         "scaleTargetRef": {"type": "object", "required": ["name"], "additionalProperties": False,
+                                            "properties": {"apiVersion": {"type": "string"},
+                                                           "kind": {"type": "string"},
+                                                           "name": {"type": "string"}}},
+                         "minReplicaCount": _INT32, "maxReplicaCount": _INT32, "pollingInterval": _INT32,
+                         "cooldownPeriod": _INT32,
+                         "fallback": {"type": "object", "required": ["failureThreshold", "replicas"],
+                                      "additionalProperties": False,
+                                      "properties": {"failureThreshold": _INT32, "replicas": _INT32}},
+                         "triggers": {"type": "array", "minItems": 1, "items": {
+                             "type": "object", "required": ["type", "metadata"], "additionalProperties": False,
+                             "properties": {
+                                 "type": {"type": "string"}, "name": {"type": "string"},
+                                 "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+                                 "useCachedMetrics": {"type": "boolean"},
+                                 "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}},
+}
+
+
 def _rendered() -> list[tuple[str, dict[str, Any]]]:
     return [(name, obj) for name, path in OVERLAYS.items() for obj in render(path)]
 
@@ -100,6 +129,8 @@ def test_object_validates(item):
         assert obj["apiVersion"] == crd.API_VERSION
     elif group == "monitoring.coreos.com":
         jsonschema.Draft202012Validator(MONITORING_SCHEMAS[obj["kind"]]).validate(obj)
+    elif group == "keda.sh":
+        jsonschema.Draft202012Validator(KEDA_SCHEMAS[obj["kind"]]).validate(obj)
     else:
         # Built-in (incl. apiextensions CRDs): a SchemaNotFoundError here is a failure.
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
