@@ -40,6 +40,8 @@ Recurrence = Literal["weekly"]
 #: RFC 3339 date-time with an explicit offset (``Z`` or ``±hh:mm``), seconds optional fraction.
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 WEEK = timedelta(days=7)
+#: Most scheduled events one scaler may list (each is checked at every reconcile).
+MAX_EVENTS = 100
 
 
 def _m(
@@ -467,6 +469,9 @@ class ScalerSpec(_Settings):
         if self.prewarm.enabled and self.gpus_per_replica > self.prewarm.gpus_per_node:
             self._fail("gpus_per_replica", f"({self.gpus_per_replica}) exceeds prewarm.gpusPerNode "
                        f"({self.prewarm.gpus_per_node}); a replica must fit on one node")
+        if len(self.events) > MAX_EVENTS:
+            self._fail("events", f"has {len(self.events)} entries; at most {MAX_EVENTS} — use recurrence: weekly "
+                       "for repeating windows, and drop the ones that are over")
         for i, ev in enumerate(self.events):
             if ev.min_replicas is not None and ev.min_replicas > self.max_replicas:
                 self._fail(f"events[{i}].min_replicas", f"({ev.min_replicas}) of event {ev.name!r} is greater "

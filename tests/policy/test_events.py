@@ -57,6 +57,13 @@ def test_duplicate_names_are_refused() -> None:
     assert info.value.field == "spec.events[1].name"
 
 
+def test_too_many_events_are_refused() -> None:
+    many = [event(name=f"e{i}") for i in range(101)]
+    with pytest.raises(ConfigError, match="at most 100") as info:
+        spec(*many)
+    assert info.value.field == "spec.events"
+
+
 def test_keda_mode_refuses_placeholders() -> None:
     with pytest.raises(ConfigError, match="mode 'keda'") as info:
         spec(mode="keda", prewarm={"enabled": True})
