@@ -2,14 +2,14 @@
 
 An event is a window ``[start, end)`` — once, or every 7 days from ``start`` —
 with a replica floor (``minReplicas``) or a factor on the planned demand
-(``demandMultiplier``). It is in force from ``lead`` seconds before each
+(``demandMultiplier``). It is in force from :func:`lead_seconds` before each
 occurrence starts (the node lead time and one control period, so the capacity is
-ready at the start)
-until the occurrence ends.
+ready at the start) until the occurrence ends.
 
 The raise is what the user asked for, so the planner does not count it as
 speculative capacity and does not charge it to the prewarm budget; it never goes
-above ``maxReplicas``. :func:`raise_plan` is the planner's whole use of this module.
+above ``maxReplicas``. :func:`apply` is the planner's whole use of this module;
+:func:`forecaster_options` turns past occurrences into Prophet's training holidays.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from predictive_scaler.policy.capacity import replicas_for
 from predictive_scaler.spec import WEEK, ScalerSpec, ScheduledEvent
@@ -35,14 +34,6 @@ class Occurrence:
     event: ScheduledEvent
     start: float
     end: float
-
-    def describe(self) -> str:
-        start = datetime.fromtimestamp(self.start, UTC).isoformat().replace("+00:00", "Z")
-        end = datetime.fromtimestamp(self.end, UTC).isoformat().replace("+00:00", "Z")
-        ev = self.event
-        what = (f"at least {ev.min_replicas} replicas" if ev.min_replicas is not None
-                else f"demand × {ev.demand_multiplier:g}")
-        return f"{ev.name!r} {start} → {end} ({what})"
 
 
 def _occurrence_containing(ev: ScheduledEvent, t: float, lead: float) -> Occurrence | None:
