@@ -7,7 +7,9 @@ bounds and allowed values. From those fields come, with no hand-kept copy:
   ``field`` is the camelCase path of the offending setting (``spec.minReplicas``);
 - :meth:`ScalerSpec.from_dict` / :meth:`ScalerSpec.to_dict` for the camelCase
   shape of the custom resource's ``spec`` (also used by backtest scenarios);
-- :func:`spec_json_schema`, the structural OpenAPI v3 schema of the CRD.
+- :func:`spec_json_schema`, the structural OpenAPI v3 schema of the CRD, with
+  each section's cross-field rules in CEL (``_cel``, beside its ``_check``) so
+  the API server refuses what the controller would.
 
 Durations are whole seconds (``…Seconds``), as in the HPA's own API.
 Budget problems raise :class:`BudgetError` (a ConfigError); the planner also
