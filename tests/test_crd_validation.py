@@ -21,6 +21,7 @@ import cel
 import kubernetes_validate
 import pytest
 import yaml
+from deploy.support import OVERLAYS, render
 
 from predictive_scaler import crd, spec
 from predictive_scaler.errors import ConfigError
@@ -210,3 +211,11 @@ def test_module_prints_the_crd_without_cel_for_old_servers():
     done = subprocess.run([sys.executable, "-m", "predictive_scaler.crd", "--no-cel"], capture_output=True,
                           text=True, timeout=60, check=True)
     assert yaml.safe_load(done.stdout) == crd.build_crd(cel=False)
+
+
+def test_the_shipped_example_passes_the_cel_rules():
+    scalers = [o for o in render(OVERLAYS["example-vllm-forecast-only"]) if o["kind"] == crd.KIND]
+    assert scalers
+    for obj in scalers:
+        assert cel_rejections(obj["spec"]) == set(), obj["metadata"]["name"]
+        ScalerSpec.from_dict(obj["spec"])
