@@ -40,7 +40,8 @@ DemandKind = Literal["requests", "dcgm-busy-gpus"]
 Mode = Literal["forecast-only", "scale", "keda"]
 Recurrence = Literal["weekly"]
 #: RFC 3339 date-time with an explicit offset (``Z`` or ``±hh:mm``), seconds optional fraction.
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+RFC3339_PATTERN = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+_RFC3339 = re.compile(RFC3339_PATTERN)
 WEEK = timedelta(days=7)
 #: Most scheduled events one scaler may list (each is checked at every reconcile).
 MAX_EVENTS = 100
@@ -54,8 +55,12 @@ def _m(
     exclusive_minimum: bool = False,
     exclusive_maximum: bool = False,
     min_length: int | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A field's metadata; ``schema`` adds OpenAPI keywords the API server checks (the Python
+    check of the same rule lives in the section's ``_check`` or the value's parser)."""
     return {
+        "schema": schema or {},
         "description": description,
         "minimum": minimum,
         "maximum": maximum,
@@ -425,8 +430,9 @@ class ScheduledEvent(_Settings):
     start: str = field(metadata=_m(
         "Start of the window, RFC 3339 with an offset, e.g. 2025-11-28T09:00:00+01:00. The plan is raised from "
         "leadTimes.nodeStartSeconds + controlPeriodSeconds before it, so the capacity is ready at the start.",
-        min_length=1))
-    end: str = field(metadata=_m("End of the window (exclusive), RFC 3339 with an offset; after start.", min_length=1))
+        min_length=1, schema={"pattern": RFC3339_PATTERN}))
+    end: str = field(metadata=_m("End of the window (exclusive), RFC 3339 with an offset; after start.", min_length=1,
+                                 schema={"pattern": RFC3339_PATTERN}))
     min_replicas: int | None = field(default=None, metadata=_m(
         "At least this many replicas during the window (and its lead time). Give this or demandMultiplier.",
         minimum=0, maximum=100000))
@@ -435,6 +441,14 @@ class ScheduledEvent(_Settings):
         "Give this or minReplicas.", minimum=1, maximum=100))
     recurrence: Recurrence | None = field(default=None, metadata=_m(
         "'weekly' repeats the window every 7 days from start; unset: once."))
+
+    _cel = (
+        CelRule("timestamp(self.end) > timestamp(self.start)", "end is not after start; give an end after the start"),
+        CelRule("has(self.minReplicas) != has(self.demandMultiplier)",
+                "give exactly one of minReplicas and demandMultiplier"),
+        CelRule("!has(self.recurrence) || timestamp(self.end) - timestamp(self.start) <= duration('168h')",
+                "a weekly event lasts at most 7 days"),
+    )
 
     def _check(self) -> None:
         start, end = self.start_time, self.end_time
@@ -490,7 +504,8 @@ class ScalerSpec(_Settings):
     events: tuple[ScheduledEvent, ...] = field(default=(), metadata=_m(
         "Known windows (a launch, a sale) that raise the plan: a replica floor or a demand multiplier, from the "
         "node lead time (plus one control period) before start until end. Asked for by the user, so not speculative and not charged to "
-        "the prewarm budget; never above maxReplicas."))
+        "the prewarm budget; never above maxReplicas.",
+        schema={"maxItems": MAX_EVENTS, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}))
 
     _cel = (
         CelRule("self.minReplicas <= self.maxReplicas",
@@ -502,6 +517,11 @@ class ScalerSpec(_Settings):
         # An absent model section is the default one (and its default step).
         CelRule(f"self.horizonSeconds % (has(self.model) ? self.model.stepSeconds : {DEFAULT_MODEL_STEP}) == 0",
                 "horizonSeconds is not a multiple of model.stepSeconds"),
+        # Unique event names and at most MAX_EVENTS are the schema's (list-map keys, maxItems).
+        CelRule("!has(self.events) || self.events.all(e, !has(e.minReplicas) || e.minReplicas <= self.maxReplicas)",
+                "an event's minReplicas is greater than maxReplicas; lower it or raise maxReplicas"),
+        CelRule("self.mode != 'keda' || !has(self.prewarm) || !self.prewarm.enabled",
+                "prewarm.enabled is true with mode 'keda'; placeholder pods are managed only in mode 'scale'"),
     )
 
     def _check(self) -> None:
@@ -634,6 +654,7 @@ def _schema_of(cls: Any) -> dict[str, Any]:
             prop["exclusiveMaximum"] = True
         if md.get("min_length"):
             prop["minLength"] = md["min_length"]
+        prop.update(md.get("schema") or {})
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         if not has_default and not optional:
             required.append(key)

@@ -147,6 +147,8 @@ EXTRA_VALUES = [
     ("model-store", {"modelStore": {"size": "10Gi", "storageClassName": "fast"}}),
     ("extras-on", EXTRAS_ON),
     ("release-label", {"prometheusOperator": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}}),
+    ("keda-elsewhere", {"keda": {"port": 7000, "namespace": "autoscalers"}}),
+    ("keda-off", {"keda": {"enabled": False}}),
 ]
 
 
@@ -292,3 +294,18 @@ def test_the_readme_documents_every_value():
     with helm.Chart.load(CHART) as chart:
         missing = [v for v in leaves(chart.values) if f"`{v}`" not in section]
     assert not missing, f"values not documented in README's 'Install with Helm': {missing}"
+
+
+def test_the_keda_values_move_or_remove_the_external_scaler_api():
+    objs = helm_render({"keda": {"port": 7000, "namespace": "autoscalers"}})
+    assert one(objs, "ConfigMap", "predictive-scaler-settings")["data"]["PREDICTIVE_SCALER_KEDA_PORT"] == "7000"
+    assert one(objs, "Service", "predictive-scaler-keda")["spec"]["ports"][0]["port"] == 7000
+    assert {"name": "keda", "containerPort": 7000, "protocol": "TCP"} in _container(objs, "Deployment")["ports"]
+    keda_in = one(objs, "NetworkPolicy", "predictive-scaler")["spec"]["ingress"][1]
+    assert keda_in["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "autoscalers"}
+    assert keda_in["ports"] == [{"protocol": "TCP", "port": 7000}]
+    off = helm_render({"keda": {"enabled": False}})
+    assert not find(off, "Service", "predictive-scaler-keda")
+    assert one(off, "ConfigMap", "predictive-scaler-settings")["data"]["PREDICTIVE_SCALER_KEDA_PORT"] == "off"
+    assert len(one(off, "NetworkPolicy", "predictive-scaler")["spec"]["ingress"]) == 1
+    assert "keda" not in {p["name"] for p in _container(off, "Deployment")["ports"]}
