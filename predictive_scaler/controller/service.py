@@ -38,6 +38,8 @@ from typing import Any
 from predictive_scaler.clock import Clock
 from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, error_kind
 from predictive_scaler.controller.budget import ClusterBudget, capped_spec
+from predictive_scaler.controller.health import LoopMonitor
+from predictive_scaler.controller.lifecycle import Shutdown
 from predictive_scaler.controller.ports import (
     KubeClusterPort,
     PrometheusMetricsPort,
@@ -55,7 +57,7 @@ from predictive_scaler.controller.status import (
 )
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.crd import PAUSE_ANNOTATION
-from predictive_scaler.errors import ClusterError, ConfigError
+from predictive_scaler.errors import ClusterError, ConfigError, ShuttingDown
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.state import PlannerState
@@ -115,7 +117,8 @@ class ControllerService:
                  store: ModelStore, clock: Clock, *, telemetry: Telemetry | None = None,
                  budget: ClusterBudget | None = None,
                  metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None,
-                 api_activity: ApiActivity | None = None) -> None:
+                 api_activity: ApiActivity | None = None, loop: LoopMonitor | None = None,
+                 shutdown: Shutdown | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.source = source
@@ -128,6 +131,10 @@ class ControllerService:
             lambda spec, ref: PrometheusMetricsPort.for_spec(self.source, spec, ref.namespace))
         #: Wired around ``kube``'s API client and retry sleep at the edge; without it, retries go uncounted.
         self.api_activity = api_activity or ApiActivity()
+        #: Liveness: when reconciles start and return (whatever their outcome).
+        self.loop = loop
+        #: Set on SIGTERM: no new period starts (see lifecycle.py).
+        self.shutdown = shutdown
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
 
@@ -163,6 +170,19 @@ class ControllerService:
     def reconcile(self, *, name: str, namespace: str, uid: str, spec: Mapping[str, Any] | None,
                   status: Mapping[str, Any] | None = None, annotations: Mapping[str, str] | None = None,
                   generation: int | None = None) -> Outcome:
+        if self.shutdown is not None and self.shutdown.requested.is_set():
+            raise ShuttingDown(f"stopping ({self.shutdown.reason}): no new period starts")
+        token = self.loop.begin() if self.loop is not None else None
+        try:
+            return self._reconcile_period(name=name, namespace=namespace, uid=uid, spec=spec, status=status,
+                                          annotations=annotations, generation=generation)
+        finally:
+            if token is not None and self.loop is not None:
+                self.loop.end(token)
+
+    def _reconcile_period(self, *, name: str, namespace: str, uid: str, spec: Mapping[str, Any] | None,
+                          status: Mapping[str, Any] | None, annotations: Mapping[str, str] | None,
+                          generation: int | None) -> Outcome:
         started = time.perf_counter()
         now = self.clock.now()
         ref = ScalerRef(name, namespace, uid)

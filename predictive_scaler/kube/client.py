@@ -81,6 +81,14 @@ _TARGET = "the target workload's group"
 API_CALLS: tuple[ApiCall, ...] = (
     ApiCall(
         "GET",
+        "/version",
+        "get",
+        "",
+        "",
+        "readiness: is the API server reachable (granted to everyone by system:public-info-viewer)",
+    ),
+    ApiCall(
+        "GET",
         "/api/v1",
         "get",
         "",
@@ -460,6 +468,7 @@ class KubeCluster:
         body: Any = None,
         content_type: str = _JSON,
         write: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         params = list((query or {}).items())
         if write and self._dry_run:
@@ -477,7 +486,8 @@ class KubeCluster:
                 auth_settings=["BearerToken"],
             )
             response = self._api.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+                method, url, header_params=headers, body=body,
+                _request_timeout=self._timeout if timeout is None else timeout,
             )
             data = response.read()
         except ApiException as exc:
@@ -518,6 +528,16 @@ class KubeCluster:
             retry_conflicts=retry_conflicts,
             what=what,
         )
+
+    def ping(self, timeout: float) -> str | None:
+        """None when the API server answers ``/version`` within ``timeout`` s, else why not. No retries."""
+        try:
+            self._request("GET", "/version", what="check the API server", timeout=timeout)
+        except ClusterError as exc:
+            if exc.status is not None and exc.status < 500 and exc.status not in (401, 403):
+                return None  # it answered: reachable, whatever it thinks of /version
+            return str(exc)
+        return None
 
     # -- target /scale -----------------------------------------------------
 

@@ -37,6 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 import requests
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.errors import SourceError
@@ -178,6 +180,28 @@ class PrometheusSource:
         self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds)
         #: HTTP calls made (attempts included) — for tests and benchmarks.
         self.requests_made = 0
+        self._clients: dict[float, PrometheusConnect] = {}
+
+    # -- connection check -------------------------------------------------------------------------
+    def client(self, timeout: float | None = None) -> PrometheusConnect:
+        """prometheus-api-client on this source's session and headers, with its urllib3 retries off
+        (our retry policy owns retries: injected sleep and clock, bounded attempts)."""
+        timeout = self.timeout if timeout is None else timeout
+        client = self._clients.get(timeout)
+        if client is None:
+            client = PrometheusConnect(url=self.url, headers=dict(self.headers) or None, session=self.session,
+                                       retry=Retry(total=0, raise_on_status=False),
+                                       timeout=timeout)  # type: ignore[arg-type]
+            self._clients[timeout] = client
+        return client
+
+    def check_connection(self, timeout: float) -> str | None:
+        """None when Prometheus answers within ``timeout`` s, else why not (one try; /readyz's probe)."""
+        try:
+            ok = self.client(timeout).check_prometheus_connection()
+        except requests.RequestException as exc:
+            return f"Prometheus at {self.url} unreachable ({type(exc).__name__})"
+        return None if ok else f"Prometheus at {self.url} answered with an error status"
 
     # -- queries --------------------------------------------------------------------------------
     def query(self, query: str, at: datetime | None = None) -> QueryResult:
