@@ -7,7 +7,6 @@ tested on their own (``service``, ``handlers``, ``ports``, ``telemetry``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -17,30 +16,36 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
+
 from predictive_scaler.clock import SystemClock
 from predictive_scaler.controller.settings import ControllerSettings
 
 log = logging.getLogger("predictive_scaler.controller")
 
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+#: Record attributes never logged: kopf attaches its whole OperatorSettings (2,225 characters,
+#: measured) and two internal flags to every per-object record; the object itself is kept, short.
+_DROPPED = ("settings", "k8s_skip", "k8s_ref")
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and any ``extra={…}`` fields."""
+class JsonFormatter(_JsonFormatter):
+    """python-json-logger, one object per line: time, level, logger, message, object, and ``extra={…}`` fields."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value if isinstance(value, str | int | float | bool | type(None)) else str(value)
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
+    def __init__(self) -> None:
+        super().__init__("%(message)s", reserved_attrs=[*RESERVED_ATTRS, *_DROPPED],
+                         rename_fields={"exc_info": "exception"}, json_ensure_ascii=False)
+
+    def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord,
+                   message_dict: dict[str, Any]) -> None:
+        log_record["time"] = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+                              + f".{int(record.msecs):03d}Z")
+        log_record["level"] = record.levelname.lower()
+        log_record["logger"] = record.name
+        super().add_fields(log_record, record, message_dict)
+        ref = getattr(record, "k8s_ref", None)
+        if isinstance(ref, dict) and ref.get("name"):
+            log_record["object"] = f"{ref.get('namespace') or ''}/{ref['name']}".lstrip("/")
 
 
 def configure_logging(verbose: bool = False) -> None:

@@ -171,6 +171,12 @@ def test_api_server_gone_fails_readiness_not_liveness(start_controller: Callable
     while not reconciled(api) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert reconciled(api), controller.log()
+    deadline = time.monotonic() + 10
+    while '"kopf.objects"' not in controller.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kopf_lines = [line for line in controller.log_path.read_text().splitlines() if '"logger": "kopf' in line]
+    assert any('"logger": "kopf.objects"' in line for line in kopf_lines), controller.log()
+    assert max(map(len, kopf_lines)) < 500, max(kopf_lines, key=len)  # no OperatorSettings in the lines
 
     api.httpserver.stop()  # connection refused from now on
     gone = time.monotonic()
