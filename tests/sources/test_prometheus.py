@@ -324,3 +324,69 @@ def test_a_present_value_costs_no_probe(httpserver: HTTPServer) -> None:
     src = PrometheusSource(httpserver.url_for("/"), retries=0, sleep=Sleeps())
     assert src.scalar_now("x", datetime(2024, 1, 1, tzinfo=UTC), timedelta(minutes=2)).value == 42.0
     assert len(httpserver.log) == 1
+
+
+# -- prometheus-api-client: range pulls and the connection check ----------------------------------
+MATRIX_BODY = {"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"pod": "a"}, "values": [[1704067200, "1"], [1704067260, "NaN"], [1704067320, "3"]]}]}}
+
+
+def test_range_pulls_go_through_prometheus_api_client(prometheus_server: BackfilledPrometheus,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_api_client import PrometheusConnect
+
+    calls: list[str] = []
+    original = PrometheusConnect.custom_query_range
+
+    def spy(self: PrometheusConnect, query: str, *args: object, **kwargs: object) -> object:
+        calls.append(query)
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(PrometheusConnect, "custom_query_range", spy)
+    h = prometheus_server.history
+    src = PrometheusSource(prometheus_server.url, max_points_per_series=1000)
+    query = 'DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod=~"llm-[a-z0-9]+-[a-z0-9]+"}'
+    start = start_of(prometheus_server)
+    series = src.range(query, start, start + timedelta(hours=30), 60)
+    assert calls == [query] * math.ceil((30 * 60 + 1) / 1000) == [query] * src.requests_made
+    assert len(series) == len(h.pods) and all(np.isfinite(s.values).any() for s in series)
+
+
+@pytest.mark.parametrize(
+    ("responses", "outcome"),
+    [
+        ([(503, {"status": "error", "errorType": "timeout", "error": "query timed out"}), (200, MATRIX_BODY)], 3),
+        ([(500, "oops")] * 3, "failed 3 times"),
+        ([(200, "<html>grafana</html>")], "not Prometheus JSON"),
+        ([(400, {"status": "error", "errorType": "bad_data", "error": "parse error"})], "bad_data: parse error"),
+        ([(200, {**MATRIX_BODY, "warnings": ["remote store down"]})], "remote store down"),
+        ([(200, {"status": "success", "data": {"resultType": "vector", "result": []}})], "not a matrix"),
+    ],
+    ids=["503-then-ok", "5xx-exhausts-retries", "html-body", "400-bad-data", "warnings", "vector-result"],
+)
+def test_range_faults_through_the_client(httpserver: HTTPServer, responses: list[tuple[int, object]],
+                                         outcome: object) -> None:
+    """The client drops everything but data.result; errors and warnings still read as on the raw path."""
+    for status, body in responses:
+        handler = httpserver.expect_ordered_request("/api/v1/query_range")
+        if isinstance(body, dict):
+            handler.respond_with_json(body, status=status)
+        else:
+            handler.respond_with_data(str(body), status=status)
+    sleeps = Sleeps()
+    src = PrometheusSource(httpserver.url_for("/"), retries=2, sleep=sleeps)
+    start = datetime.fromtimestamp(1704067200, UTC)
+    if isinstance(outcome, int):
+        (series,) = src.range("x", start, start + timedelta(minutes=2), 60)
+        assert len(series.values) == outcome and np.isnan(series.values[1])
+        assert sleeps == [0.5]
+    else:
+        with pytest.raises(SourceError, match=str(outcome)):
+            src.range("x", start, start + timedelta(minutes=2), 60)
+        assert len(sleeps) == len(responses) - 1
+
+
+def test_connection_check(prometheus_server: BackfilledPrometheus) -> None:
+    assert PrometheusSource(prometheus_server.url).check_connection(2.0) is None
+    problem = PrometheusSource(f"http://127.0.0.1:{free_port()}").check_connection(2.0)
+    assert problem is not None and "unreachable" in problem
