@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 import yaml
-from prometheus_api_client import PrometheusConnect
 from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.cli import main
@@ -22,19 +19,6 @@ from predictive_scaler.retrain import history_for_scaler
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 from tests.commands.test_backtest import DEMAND_QUERY, SCALER, SMALL_SCENARIO
-
-
-@pytest.fixture
-def client_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    calls: list[str] = []
-    original = PrometheusConnect.custom_query_range
-
-    def spy(self: PrometheusConnect, query: str, *args: object, **kwargs: object) -> object:
-        calls.append(query)
-        return original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(PrometheusConnect, "custom_query_range", spy)
-    yield calls
 
 
 def test_the_retraining_pull_uses_the_client(prometheus_server: BackfilledPrometheus, client_calls: list[str]) -> None:

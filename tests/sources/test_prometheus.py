@@ -29,6 +29,16 @@ class Sleeps(list[float]):
         self.append(seconds)
 
 
+def serve(httpserver: HTTPServer, path: str, responses: list[tuple[int, object]]) -> None:
+    """Answer ``path`` with ``responses`` in order (a dict as JSON, anything else as text)."""
+    for status, body in responses:
+        handler = httpserver.expect_ordered_request(path)
+        if isinstance(body, dict):
+            handler.respond_with_json(body, status=status)
+        else:
+            handler.respond_with_data(str(body), status=status)
+
+
 def start_of(prom: BackfilledPrometheus) -> datetime:
     return prom.history.trace.start.to_pydatetime()
 
@@ -205,12 +215,7 @@ OK_BODY = {"status": "success", "data": {"resultType": "vector",
          "string-result", "garbage-value"],
 )
 def test_http_faults(httpserver: HTTPServer, responses: list[tuple[int, object]], outcome: object) -> None:
-    for status, body in responses:
-        handler = httpserver.expect_ordered_request("/api/v1/query")
-        if isinstance(body, dict):
-            handler.respond_with_json(body, status=status)
-        else:
-            handler.respond_with_data(str(body), status=status)
+    serve(httpserver, "/api/v1/query", responses)
     sleeps = Sleeps()
     src = PrometheusSource(httpserver.url_for("/"), retries=2, sleep=sleeps)
     at = datetime(2024, 1, 1, tzinfo=UTC)
@@ -332,17 +337,8 @@ MATRIX_BODY = {"status": "success", "data": {"resultType": "matrix", "result": [
 
 
 def test_range_pulls_go_through_prometheus_api_client(prometheus_server: BackfilledPrometheus,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from prometheus_api_client import PrometheusConnect
-
-    calls: list[str] = []
-    original = PrometheusConnect.custom_query_range
-
-    def spy(self: PrometheusConnect, query: str, *args: object, **kwargs: object) -> object:
-        calls.append(query)
-        return original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(PrometheusConnect, "custom_query_range", spy)
+                                                     client_calls: list[str]) -> None:
+    calls = client_calls
     h = prometheus_server.history
     src = PrometheusSource(prometheus_server.url, max_points_per_series=1000)
     query = 'DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod=~"llm-[a-z0-9]+-[a-z0-9]+"}'
@@ -367,12 +363,7 @@ def test_range_pulls_go_through_prometheus_api_client(prometheus_server: Backfil
 def test_range_faults_through_the_client(httpserver: HTTPServer, responses: list[tuple[int, object]],
                                          outcome: object) -> None:
     """The client drops everything but data.result; errors and warnings still read as on the raw path."""
-    for status, body in responses:
-        handler = httpserver.expect_ordered_request("/api/v1/query_range")
-        if isinstance(body, dict):
-            handler.respond_with_json(body, status=status)
-        else:
-            handler.respond_with_data(str(body), status=status)
+    serve(httpserver, "/api/v1/query_range", responses)
     sleeps = Sleeps()
     src = PrometheusSource(httpserver.url_for("/"), retries=2, sleep=sleeps)
     start = datetime.fromtimestamp(1704067200, UTC)
