@@ -30,6 +30,7 @@ from urllib.parse import quote
 import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.errors import (
@@ -1033,17 +1034,18 @@ def pod_gpu_request(pod: Mapping[str, Any], resource: str = manifests.GPU_RESOUR
 
 
 def _quantity_int(value: Any) -> int:
+    """A GPU count from a Kubernetes quantity (``"8"``, ``"1k"``), read by ``kubernetes.utils.parse_quantity``."""
     if value is None:
         return 0
     try:
-        return int(str(value))
-    except ValueError:
-        try:
-            return int(float(str(value)))
-        except ValueError as exc:
-            raise DataError(
-                f"GPU quantity {value!r} is not a whole number; GPUs are counted in units"
-            ) from exc
+        amount = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise DataError(
+            f"GPU quantity {value!r} is not a Kubernetes quantity; GPUs are counted in whole units, e.g. \"8\""
+        ) from exc
+    if amount != amount.to_integral_value() or amount < 0:
+        raise DataError(f"GPU quantity {value!r} is not a whole number ≥ 0; GPUs are counted in units")
+    return int(amount)
 
 
 def _node_usable(node: Mapping[str, Any]) -> bool:

@@ -788,3 +788,22 @@ def test_ping_says_whether_the_api_server_is_reachable(fake_api, cluster, status
     assert (problem is None) is reachable, problem
     if not reachable:
         assert "check the API server" in problem
+
+
+@pytest.mark.parametrize(("value", "gpus"), [(None, 0), ("8", 8), (8, 8), ("1k", 1000), ("2.0", 2)],
+                         ids=["absent", "text", "int", "suffix", "decimal-whole"])
+def test_gpu_quantities_are_kubernetes_quantities(value, gpus):
+    from predictive_scaler.kube.client import _quantity_int
+
+    assert _quantity_int(value) == gpus
+
+
+@pytest.mark.parametrize(("value", "words"), [("500m", "whole number"), ("1.5", "whole number"),
+                                              ("-1", "≥ 0"), ("eight", "not a Kubernetes quantity")],
+                         ids=["milli", "fraction", "negative", "not-a-quantity"])
+def test_bad_gpu_quantities_are_named(value, words):
+    from predictive_scaler.errors import DataError
+    from predictive_scaler.kube.client import _quantity_int
+
+    with pytest.raises(DataError, match=words):
+        _quantity_int(value)
