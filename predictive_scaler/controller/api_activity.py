@@ -11,6 +11,9 @@ wires an :class:`ApiActivity` around the two things it hands ``KubeCluster``:
 - the retry sleep (:meth:`ApiActivity.sleep`), called exactly once before each retry,
   so a retry is counted under the kind of the answer that caused it.
 
+The same wrapper notes whether this reconcile has sent a write yet (:meth:`ApiActivity.wrote`):
+on SIGTERM a period that has written nothing is abandoned, one that has is finished (lifecycle.py).
+
 Tallies are per thread: kopf runs each reconcile of a sync handler in one worker
 thread, from :meth:`begin` to :meth:`take`. Nothing here imports ``kubernetes``.
 """

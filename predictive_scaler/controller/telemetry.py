@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,8 +147,6 @@ class Telemetry:
                                                  buckets=DURATION_BUCKETS)
         self._tracks: dict[tuple[str, str], _ScalerTrack] = {}
         self._lock = threading.Lock()
-        self.last_reconcile_monotonic: float | None = None
-        self.started_monotonic = time.monotonic()
         self.scalers = 0
 
     def _m(self, name: str) -> Any:
@@ -222,7 +219,6 @@ class Telemetry:
                 m("predictive_scaler_reconcile_errors_total").labels(*labels, kind).inc(0)
             for kind in RETRY_KINDS:
                 m("predictive_scaler_api_retries_total").labels(*labels, kind).inc(0)
-            self.last_reconcile_monotonic = time.monotonic()
 
     def model_trained(self, namespace: str, name: str, trained_until_s: float | None) -> None:
         if trained_until_s is not None:
@@ -232,7 +228,6 @@ class Telemetry:
         """A reconcile that decided nothing on purpose (paused, invalid spec, conflict) still completed."""
         with self._lock:
             self._m("predictive_scaler_last_reconcile_timestamp_seconds").labels(namespace, name).set(now_s)
-            self.last_reconcile_monotonic = time.monotonic()
 
     def error(self, namespace: str, name: str, kind: str) -> None:
         self._m("predictive_scaler_reconcile_errors_total").labels(
