@@ -68,6 +68,8 @@ def build_registry(service: ControllerService) -> tuple[kopf.OperatorRegistry, H
         configure(settings, service)
         try:
             count = service.seed_budget()
+        except ShuttingDown:
+            return  # SIGTERM during start-up: nothing to book, the process is stopping
         except ClusterError as exc:
             # Without the bookings a scaler could take budget others hold: do not start half-blind.
             raise kopf.TemporaryError(f"cannot read the PredictiveScalers' budgets: {exc}", delay=5) from exc
