@@ -205,7 +205,7 @@ class PrometheusSource:
     # -- connection check -------------------------------------------------------------------------
     def client(self, timeout: float | None = None) -> PrometheusConnect:
         """prometheus-api-client on this source's session and headers, with its urllib3 retries off
-        (our retry policy owns retries: injected sleep and clock, bounded attempts)."""
+        (our retry policy owns retries: bounded attempts, injected sleep)."""
         timeout = self.timeout if timeout is None else timeout
         client = self._clients.get(timeout)
         if client is None:
@@ -249,7 +249,8 @@ class PrometheusSource:
               *, allow_partial: bool = False) -> list[RangeSeries]:
         """Range query over [start, end], split into chunks of at most ``max_points_per_series`` points.
 
-        Series are merged across chunks by label set, in order of first appearance.
+        Series are merged across chunks by label set, in order of first appearance. Each chunk is one
+        ``custom_query_range`` of prometheus-api-client, which sends start and end in whole seconds.
         """
         step_s = _step_seconds(step)
         t0, t1 = _epoch(start), _epoch(end)
