@@ -25,7 +25,8 @@ Which call goes through what:
   ``custom_query`` hides (it returns ``data.result`` or raises on a status).
 
 Retries are one tenacity policy for both paths (``RetryPolicy``: bounded attempts,
-backoff 0.5·2^k s capped), sleeping with the injected ``sleep``.
+backoff 0.5·2^k s capped, at most 30 s in all on the injected clock), sleeping with
+the injected ``sleep``.
 
 Facts this relies on (measured on Prometheus 2.42, DESIGN.md §4):
 
@@ -55,7 +56,7 @@ from typing import Any, Literal
 import numpy as np
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
@@ -147,14 +148,20 @@ class QueryResult:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped)."""
+    """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped).
+
+    No retry starts once it would end more than ``max_elapsed_seconds`` after the first
+    attempt began, read on the source's injected clock (so a call never outlives a period).
+    """
 
     retries: int = 3
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 8.0
+    max_elapsed_seconds: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.retries < 0 or self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+        if (self.retries < 0 or self.backoff_seconds < 0 or self.max_backoff_seconds < 0
+                or self.max_elapsed_seconds < 0):
             raise SourceError("retry settings must not be negative; use retries=0 to disable retries")
 
     def delay(self, attempt: int) -> float:
@@ -184,6 +191,8 @@ class PrometheusSource:
     clock: Clock = field(default_factory=SystemClock)
     sleep: Callable[[float], None] = time.sleep
     session: requests.Session = field(default_factory=requests.Session)
+    #: No retry starts that would end later than this after the first attempt (on ``clock``).
+    retry_budget_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -195,7 +204,8 @@ class PrometheusSource:
         if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
             raise SourceError(f"max_points_per_series must be in 2..{MAX_POINTS_PER_SERIES}, "
                               f"got {self.max_points_per_series}")
-        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds)
+        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds,
+                                  max_elapsed_seconds=self.retry_budget_seconds)
         #: HTTP calls made (attempts included) — for tests and benchmarks.
         self.requests_made = 0
         self._clients: dict[float, PrometheusConnect] = {}
@@ -367,6 +377,12 @@ class PrometheusSource:
     def _attempts(self, endpoint: str, query: str, attempt: Callable[[], _Answer]) -> _Answer:
         """``attempt`` under the retry policy: a tenacity ``Retrying`` that sleeps with the injected ``sleep``."""
         tries = self._retry.retries + 1
+        started = self.clock.now()
+
+        def stop(state: RetryCallState) -> bool:
+            # tenacity computes the wait first, so the coming sleep counts against the bound.
+            elapsed = (self.clock.now() - started).total_seconds()
+            return state.attempt_number >= tries or elapsed + state.upcoming_sleep > self._retry.max_elapsed_seconds
 
         def note(state: RetryCallState) -> None:
             log.warning("prometheus %s attempt %d/%d failed: %s", endpoint, state.attempt_number, tries,
@@ -375,14 +391,14 @@ class PrometheusSource:
         def give_up(state: RetryCallState) -> _Answer:
             last = state.outcome.exception() if state.outcome else None
             raise SourceError(
-                f"Prometheus at {self.url} failed {tries} times for {query!r}: {last}; "
+                f"Prometheus at {self.url} failed {state.attempt_number} times for {query!r}: {last}; "
                 "check that it is up and reachable (its /-/ready endpoint), or raise the timeout"
             ) from (last.__cause__ or last) if last else None
 
         def pause(seconds: float) -> None:
             self.sleep(seconds)
 
-        retrying = Retrying(sleep=pause, stop=stop_after_attempt(tries),
+        retrying = Retrying(sleep=pause, stop=stop,
                             wait=lambda state: self._retry.delay(state.attempt_number - 1),
                             retry=retry_if_exception_type(_Retryable), after=note, retry_error_callback=give_up)
         return retrying(attempt)

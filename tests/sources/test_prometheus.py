@@ -13,6 +13,7 @@ from pytest_httpserver import HTTPServer
 from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
 from werkzeug import Request, Response
 
+from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import InsufficientHistoryError, SourceError
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.prometheus import (
@@ -171,6 +172,21 @@ def test_server_down_is_a_source_error_after_retries() -> None:
         src.scalar_now(RATE, datetime(2024, 1, 1, tzinfo=UTC), timedelta(minutes=2))
     assert sleeps == [0.5, 1.0, 2.0]
     assert src.requests_made == 4
+
+
+def test_retries_stop_within_the_budget_on_the_injected_clock() -> None:
+    clock = FakeClock(datetime(2024, 1, 1, tzinfo=UTC))
+    sleeps = Sleeps()
+
+    def sleep(seconds: float) -> None:
+        sleeps(seconds)
+        clock.advance(seconds)
+
+    src = PrometheusSource(f"http://127.0.0.1:{free_port()}", retries=10, backoff_seconds=4, sleep=sleep,
+                           clock=clock, retry_budget_seconds=30)
+    with pytest.raises(SourceError, match="failed 5 times"):
+        src.scalar_now(RATE, None, timedelta(minutes=2))
+    assert sleeps == [4.0, 8.0, 8.0, 8.0]  # the next 8 s would end 36 s after the first attempt
 
 
 def test_a_bad_query_is_not_retried(prometheus_server: BackfilledPrometheus) -> None:
