@@ -65,3 +65,7 @@ class ThrottledError(ClusterError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message, status=429, retryable=True)
         self.retry_after = retry_after
+
+
+class ShuttingDown(ScalerError):
+    """The process is stopping (SIGTERM): the current period is abandoned before it wrote anything."""

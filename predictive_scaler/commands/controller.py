@@ -15,7 +15,7 @@ def register(subparsers: Any) -> None:
             "Prometheus, plan replicas and prewarmed GPUs, and (in mode: scale) act through the Kubernetes API. "
             "Settings default to the PREDICTIVE_SCALER_* environment variables of the deploy/ ConfigMap. "
             "Run exactly one replica: kopf peering is not leader election. Logs are JSON lines on stderr; "
-            "/metrics and /healthz are served over HTTP."
+            "/metrics, /healthz (liveness) and /readyz (readiness) are served over HTTP; SIGTERM stops it within seconds."
         ),
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, else ~/.kube/config)")
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
                    help="seconds between reconciles of one scaler, 5–600 (default: "
                         "$PREDICTIVE_SCALER_RECONCILE_INTERVAL_SECONDS or 60)")
     p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (default 8080)")
-    p.add_argument("--health-port", type=int, help="port of /healthz (default: the metrics port)")
+    p.add_argument("--health-port", type=int, help="a second port for /healthz and /readyz (default: the metrics port only)")
     p.add_argument("--cluster-budget-gpus", type=int,
                    help="cluster-wide cap on speculative GPUs over all scalers "
                         "(default: $PREDICTIVE_SCALER_CLUSTER_BUDGET_GPUS; unset = no cap)")

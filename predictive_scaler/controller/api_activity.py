@@ -11,6 +11,9 @@ wires an :class:`ApiActivity` around the two things it hands ``KubeCluster``:
 - the retry sleep (:meth:`ApiActivity.sleep`), called exactly once before each retry,
   so a retry is counted under the kind of the answer that caused it.
 
+The same wrapper notes whether this reconcile has sent a write yet (:meth:`ApiActivity.wrote`):
+on SIGTERM a period that has written nothing is abandoned, one that has is finished (lifecycle.py).
+
 Tallies are per thread: kopf runs each reconcile of a sync handler in one worker
 thread, from :meth:`begin` to :meth:`take`. Nothing here imports ``kubernetes``.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 #: Retry kinds, the ``kind`` label of ``predictive_scaler_api_retries_total``.
 RETRY_KINDS: tuple[str, ...] = ("conflict", "throttled", "server-error", "unreachable")
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def error_kind(status: int | None) -> str | None:
@@ -66,13 +70,24 @@ class ApiActivity:
         if not hasattr(self._local, "retries"):
             self._local.retries = Counter()
             self._local.last = [None]
+            self._local.wrote = [False]
         return self._local.retries, self._local.last
+
+    def wrote(self) -> bool:
+        """Whether this thread sent a write (POST/PUT/PATCH/DELETE) since :meth:`begin`."""
+        self._state()
+        return bool(self._local.wrote[0])
+
+    def writing(self) -> None:
+        self._state()
+        self._local.wrote[0] = True
 
     def begin(self) -> None:
         """Start a fresh tally on this thread (retries of an earlier, unrelated call are dropped)."""
         retries, last = self._state()
         retries.clear()
         last[0] = None
+        self._local.wrote[0] = False
 
     def take(self) -> ApiTally:
         """The tally so far on this thread; counting starts again from zero."""
@@ -113,6 +128,9 @@ class _ObservedApiClient:
         return getattr(self._inner, name)
 
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        method = str(args[0] if args else kwargs.get("method", "")).upper()
+        if method in _WRITES:
+            self._activity.writing()  # before the call: a write that timed out may still have landed
         try:
             response = self._inner.call_api(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 — noted and re-raised untouched; KubeCluster maps it

@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 
 from predictive_scaler.controller.service import ControllerService
-from predictive_scaler.errors import ClusterError, ThrottledError
+from predictive_scaler.errors import ClusterError, ShuttingDown, ThrottledError
 from predictive_scaler.kube import manifests
 
 log = logging.getLogger("predictive_scaler.controller")
@@ -58,6 +58,8 @@ def build_registry(service: ControllerService) -> tuple[kopf.OperatorRegistry, H
             service.reconcile(name=name, namespace=namespace or "default", uid=uid, spec=dict(spec or {}),
                               status=dict(status or {}), annotations=dict(meta.get("annotations") or {}),
                               generation=meta.get("generation"))
+        except ShuttingDown as exc:
+            log.info("period abandoned", extra={"scaler": f"{namespace}/{name}", "detail": str(exc)})
         except ClusterError as exc:
             # API faults are retried by kopf; they never reach the planner, so the strategy stays.
             raise kopf.TemporaryError(f"Kubernetes API: {exc}", delay=retry_delay(exc, interval)) from exc
@@ -66,6 +68,8 @@ def build_registry(service: ControllerService) -> tuple[kopf.OperatorRegistry, H
         configure(settings, service)
         try:
             count = service.seed_budget()
+        except ShuttingDown:
+            return  # SIGTERM during start-up: nothing to book, the process is stopping
         except ClusterError as exc:
             # Without the bookings a scaler could take budget others hold: do not start half-blind.
             raise kopf.TemporaryError(f"cannot read the PredictiveScalers' budgets: {exc}", delay=5) from exc

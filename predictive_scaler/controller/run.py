@@ -6,37 +6,46 @@ tested on their own (``service``, ``handlers``, ``ports``, ``telemetry``).
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import os
+import signal
 import sys
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
 from predictive_scaler.clock import SystemClock
 from predictive_scaler.controller.settings import ControllerSettings
 
 log = logging.getLogger("predictive_scaler.controller")
 
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+#: Record attributes never logged: kopf attaches its whole OperatorSettings (2,225 characters,
+#: measured) and two internal flags to every per-object record; the object itself is kept, short.
+_DROPPED = ("settings", "k8s_skip", "k8s_ref")
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and any ``extra={…}`` fields."""
+class JsonFormatter(_JsonFormatter):
+    """python-json-logger, one object per line: time, level, logger, message, object, and ``extra={…}`` fields."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value if isinstance(value, str | int | float | bool | type(None)) else str(value)
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
+    def __init__(self) -> None:
+        super().__init__("%(message)s", reserved_attrs=[*RESERVED_ATTRS, *_DROPPED],
+                         rename_fields={"exc_info": "exception"}, json_ensure_ascii=False)
+
+    def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord,
+                   message_dict: dict[str, Any]) -> None:
+        log_record["time"] = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+                              + f".{int(record.msecs):03d}Z")
+        log_record["level"] = record.levelname.lower()
+        log_record["logger"] = record.name
+        super().add_fields(log_record, record, message_dict)
+        ref = getattr(record, "k8s_ref", None)
+        if isinstance(ref, dict) and ref.get("name"):
+            log_record["object"] = f"{ref.get('namespace') or ''}/{ref['name']}".lstrip("/")
 
 
 def configure_logging(verbose: bool = False) -> None:
@@ -49,12 +58,61 @@ def configure_logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def run_controller(settings: ControllerSettings) -> int:
-    """Run until stopped (SIGTERM/SIGINT). Returns the exit code."""
-    import kopf
+class KopfOperator:
+    """kopf in its own thread and event loop, stopped through its ``stop_flag`` (never by a signal).
 
+    The main thread owns SIGTERM (see lifecycle.py): kopf's own graceful stop waits for
+    handler threads it cannot cancel, and its last resort is a SIGKILL after 10 minutes.
+    """
+
+    def __init__(self, registry: Any, settings: ControllerSettings, on_exit: Callable[[str], None]) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.stop_flag = threading.Event()
+        self.failed: BaseException | None = None
+        self._on_exit = on_exit
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> KopfOperator:
+        logging.getLogger("kopf._core.reactor.running").addFilter(_NotMainThreadNote())
+        self._thread = threading.Thread(target=self._main, name="kopf", daemon=True)
+        self._thread.start()
+        return self
+
+    def _main(self) -> None:
+        import kopf
+
+        try:
+            asyncio.run(kopf.operator(
+                registry=self.registry, standalone=True, clusterwide=self.settings.namespace is None,
+                namespaces=[self.settings.namespace] if self.settings.namespace else (), stop_flag=self.stop_flag))
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 — reported, then the process stops with exit code 1
+            self.failed = exc
+            log.exception("kopf stopped with an error")
+        finally:
+            self._on_exit("the operator loop ended")
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self.stop_flag.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class _NotMainThreadNote(logging.Filter):
+    """kopf warns that it ignores OS signals off the main thread: by design here, so not a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not in the main thread" not in record.getMessage()
+
+
+def run_controller(settings: ControllerSettings) -> int:
+    """Run until SIGTERM/SIGINT; exits the process (see lifecycle.py) with 0, or 1 when kopf failed."""
     from predictive_scaler.controller.api_activity import ApiActivity
     from predictive_scaler.controller.handlers import build_registry
+    from predictive_scaler.controller.health import DependencyProbe, LoopMonitor, Readiness
+    from predictive_scaler.controller.lifecycle import Shutdown
     from predictive_scaler.controller.service import ControllerService
     from predictive_scaler.controller.telemetry import Telemetry, TelemetryServer
     from predictive_scaler.forecasting.store import ModelStore
@@ -67,38 +125,96 @@ def run_controller(settings: ControllerSettings) -> int:
     clock = SystemClock()
     # The API client and the retry sleep are observed, so retries absorbed inside a call reach ApiDegraded.
     activity = ApiActivity()
+    shutdown = Shutdown(activity)
     kube = KubeCluster(activity.wrap(api_client_from_environment(settings.kubeconfig)), clock=clock,
-                       sleep=activity.sleep(time.sleep), dry_run=settings.dry_run)
-    source = PrometheusSource(settings.prometheus_url, timeout=settings.prometheus_timeout_seconds, clock=clock)
+                       sleep=activity.sleep(shutdown.sleep), dry_run=settings.dry_run)
+    source = PrometheusSource(settings.prometheus_url, timeout=settings.prometheus_timeout_seconds, clock=clock,
+                              sleep=shutdown.sleep)
     telemetry = Telemetry()
+    assert settings.liveness_timeout_seconds is not None
+    loop = LoopMonitor(settings.liveness_timeout_seconds, scalers=lambda: telemetry.scalers)
     service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry,
-                                api_activity=activity)
+                                api_activity=activity, loop=loop, shutdown=shutdown)
     registry, _ = build_registry(service)
-    keda = start_keda_server(service)
-    assert settings.health_stale_after_seconds is not None
+    probe_timeout = min(5.0, settings.readiness_timeout_seconds)
+    every = settings.probe_interval_seconds
+    readiness = Readiness([
+        DependencyProbe("kubernetes", lambda: kube.ping(probe_timeout),
+                        timeout_s=settings.readiness_timeout_seconds, interval_s=every),
+        DependencyProbe("prometheus", lambda: source.check_connection(probe_timeout),
+                        timeout_s=settings.readiness_timeout_seconds, interval_s=every),
+    ])
     server = TelemetryServer(telemetry, settings.metrics_host, settings.metrics_port, settings.health_port,
-                             settings.health_stale_after_seconds).start()
+                             loop.verdict, readiness.verdict)
+    operator = KopfOperator(registry, settings, on_exit=shutdown.request)
+    # Started in this order, stopped in reverse. Another server (e.g. gRPC) is one more entry.
+    components: list[Component] = [server, readiness, operator]
+    keda = keda_server(service)
+    if keda is not None:
+        components.insert(1, keda)
     log.info("controller starting", extra={
         "namespace": settings.namespace or "*", "dry_run": settings.dry_run, "interval_s": settings.interval_seconds,
         "prometheus": settings.prometheus_url, "model_store": str(settings.model_store),
         "cluster_budget_gpus": settings.cluster_budget.max_gpus,
         "cluster_budget_cost_per_hour": settings.cluster_budget.max_cost_per_hour,
+        "liveness_timeout_s": settings.liveness_timeout_seconds,
+        "readiness_timeout_s": settings.readiness_timeout_seconds,
         "ports": ",".join(map(str, server.ports))})
+    code = serve(components, shutdown, loop)
+    if operator.failed is not None:
+        code = 1
+    _exit(code)
+    return code
+
+
+class Component(Protocol):
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def serve(components: list[Component], shutdown: Any, loop: Any) -> int:
+    """Start ``components``, wait for a stop request, stop them within the shutdown grace."""
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if shutdown.requested.is_set():
+            os._exit(128 + signum)  # a second signal: the operator asked twice
+        shutdown.request(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    started: list[Component] = []
     try:
-        kopf.run(registry=registry, standalone=True, clusterwide=settings.namespace is None,
-                 namespaces=[settings.namespace] if settings.namespace else ())
+        for component in components:
+            component.start()
+            started.append(component)
+        while not shutdown.requested.wait(0.5):
+            pass
+        began = time.monotonic()
+        log.info("stopping", extra={"reason": shutdown.reason, "reconciles_running": loop.in_flight})
+        finished = loop.wait_idle(shutdown.grace_s)
+        for component in reversed(started):
+            component.stop()
+        log.info("stopped", extra={"seconds": round(time.monotonic() - began, 2),
+                                   "reconciles_abandoned": 0 if finished else loop.in_flight})
     finally:
-        server.stop()
-        if keda is not None:
-            keda.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
 
 
-def start_keda_server(service: Any) -> Any:
-    """KEDA's external scaler gRPC API over the service's decisions, on its own port (None: disabled)."""
+def _exit(code: int) -> None:
+    """End the process now: a reconcile thread blocked in a socket read would otherwise be joined at exit."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def keda_server(service: Any) -> Any:
+    """KEDA's external scaler gRPC API over the service's decisions, on its own port, not yet started (None: disabled)."""
     port = service.settings.keda_port
     if port is None:
         return None
     from predictive_scaler.keda.server import KedaServer
 
-    return KedaServer(service.keda_board, service.settings.metrics_host, port).start()
+    return KedaServer(service.keda_board, service.settings.metrics_host, port)

@@ -41,6 +41,8 @@ from typing import Any
 from predictive_scaler.clock import Clock
 from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, error_kind
 from predictive_scaler.controller.budget import ClusterBudget, capped_spec
+from predictive_scaler.controller.health import LoopMonitor
+from predictive_scaler.controller.lifecycle import Shutdown
 from predictive_scaler.controller.ports import (
     KubeClusterPort,
     PrometheusMetricsPort,
@@ -58,7 +60,7 @@ from predictive_scaler.controller.status import (
 )
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.crd import PAUSE_ANNOTATION
-from predictive_scaler.errors import ClusterError, ConfigError
+from predictive_scaler.errors import ClusterError, ConfigError, ShuttingDown
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.keda.answer import answer_for
 from predictive_scaler.keda.board import KedaBoard
@@ -121,7 +123,8 @@ class ControllerService:
                  store: ModelStore, clock: Clock, *, telemetry: Telemetry | None = None,
                  budget: ClusterBudget | None = None,
                  metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None,
-                 api_activity: ApiActivity | None = None) -> None:
+                 api_activity: ApiActivity | None = None, loop: LoopMonitor | None = None,
+                 shutdown: Shutdown | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.source = source
@@ -134,11 +137,15 @@ class ControllerService:
             lambda spec, ref: PrometheusMetricsPort.for_spec(self.source, spec, ref.namespace))
         #: Wired around ``kube``'s API client and retry sleep at the edge; without it, retries go uncounted.
         self.api_activity = api_activity or ApiActivity()
+        #: Liveness: when reconciles start and return (whatever their outcome).
+        self.loop = loop
+        #: Set on SIGTERM: no new period starts (see lifecycle.py).
+        self.shutdown = shutdown
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
         #: The latest decision of each scaler in mode keda, for the KEDA gRPC server (keda/server.py).
-        assert settings.health_stale_after_seconds is not None
-        self.keda_board = KedaBoard(clock, settings.health_stale_after_seconds)
+        assert settings.liveness_timeout_seconds is not None
+        self.keda_board = KedaBoard(clock, settings.liveness_timeout_seconds)
 
     # -- process-wide ---------------------------------------------------------------------------
     def seed_budget(self) -> int:
@@ -173,6 +180,19 @@ class ControllerService:
     def reconcile(self, *, name: str, namespace: str, uid: str, spec: Mapping[str, Any] | None,
                   status: Mapping[str, Any] | None = None, annotations: Mapping[str, str] | None = None,
                   generation: int | None = None) -> Outcome:
+        if self.shutdown is not None and self.shutdown.requested.is_set():
+            raise ShuttingDown(f"stopping ({self.shutdown.reason}): no new period starts")
+        token = self.loop.begin() if self.loop is not None else None
+        try:
+            return self._reconcile_period(name=name, namespace=namespace, uid=uid, spec=spec, status=status,
+                                          annotations=annotations, generation=generation)
+        finally:
+            if token is not None and self.loop is not None:
+                self.loop.end(token)
+
+    def _reconcile_period(self, *, name: str, namespace: str, uid: str, spec: Mapping[str, Any] | None,
+                          status: Mapping[str, Any] | None, annotations: Mapping[str, str] | None,
+                          generation: int | None) -> Outcome:
         started = time.perf_counter()
         now = self.clock.now()
         ref = ScalerRef(name, namespace, uid)

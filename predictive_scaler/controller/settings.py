@@ -24,6 +24,8 @@ ENV_BUDGET_COST = ENV_PREFIX + "CLUSTER_BUDGET_COST_PER_HOUR"
 ENV_KEDA_PORT = ENV_PREFIX + "KEDA_PORT"
 #: Port of KEDA's external scaler gRPC API (mode keda); "off" in the environment disables it.
 DEFAULT_KEDA_PORT = 6000
+ENV_LIVENESS_TIMEOUT = ENV_PREFIX + "LIVENESS_TIMEOUT"
+ENV_READINESS_TIMEOUT = ENV_PREFIX + "READINESS_TIMEOUT"
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,16 @@ class ControllerSettings:
     - ``namespace``: watch one namespace; None watches the whole cluster.
     - ``interval_seconds``: time between two reconciles of one scaler. Default 60.
     - ``dry_run``: every write is sent with ``dryRun=All`` (validated, never persisted).
-    - ``metrics_port`` / ``health_port``: ``/metrics`` and ``/healthz``; the same port
-      serves both when ``health_port`` is None. Default 8080.
+    - ``metrics_port`` / ``health_port``: ``/metrics``, ``/healthz`` and ``/readyz``; the same
+      port serves all three when ``health_port`` is None. Default 8080.
     - ``kubeconfig``: a kubeconfig file; None uses the in-cluster ServiceAccount.
     - ``cluster_budget``: the cluster-wide speculative cap (see :class:`ClusterBudgetLimits`).
     - ``prometheus_timeout_seconds``: one Prometheus HTTP call. Default 10.
-    - ``health_stale_after_seconds``: /healthz fails once no reconcile completed for this
-      long while scalers exist (a wedged loop must restart). Default 5 × interval.
+    - ``liveness_timeout_seconds`` (``PREDICTIVE_SCALER_LIVENESS_TIMEOUT``): /healthz fails once
+      the reconcile loop has not run for this long — a reconcile running longer, or none
+      returning while scalers exist (a wedged process must restart). Default 5 × interval.
+    - ``readiness_timeout_seconds`` (``PREDICTIVE_SCALER_READINESS_TIMEOUT``): /readyz fails once
+      the API server or Prometheus has been unreachable for longer than this. Default 60.
     - ``keda_port``: KEDA's external scaler gRPC API (scalers in mode keda); None: not served.
       Default 6000 (``PREDICTIVE_SCALER_KEDA_PORT``, ``off`` to disable).
     """
@@ -86,7 +91,8 @@ class ControllerSettings:
     kubeconfig: str | None = None
     cluster_budget: ClusterBudgetLimits = ClusterBudgetLimits()
     prometheus_timeout_seconds: float = 10.0
-    health_stale_after_seconds: float | None = None
+    liveness_timeout_seconds: float | None = None
+    readiness_timeout_seconds: float = 60.0
     keda_port: int | None = DEFAULT_KEDA_PORT
 
     def __post_init__(self) -> None:
@@ -111,8 +117,20 @@ class ControllerSettings:
         if not (self.prometheus_timeout_seconds > 0 and math.isfinite(self.prometheus_timeout_seconds)):
             raise ConfigError("Prometheus timeout must be a positive number of seconds",
                               field="prometheusTimeout")
-        if self.health_stale_after_seconds is None:
-            object.__setattr__(self, "health_stale_after_seconds", 5.0 * float(self.interval_seconds))
+        if self.liveness_timeout_seconds is None:
+            object.__setattr__(self, "liveness_timeout_seconds", 5.0 * float(self.interval_seconds))
+        for name, env in (("liveness_timeout_seconds", ENV_LIVENESS_TIMEOUT),
+                          ("readiness_timeout_seconds", ENV_READINESS_TIMEOUT)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value)
+                                               and 1 <= value <= 86400):
+                raise ConfigError(f"{env}={value!r} is not a number of seconds in 1–86400; e.g. 300 for "
+                                  "liveness, 60 for readiness", field=env)
+
+    @property
+    def probe_interval_seconds(self) -> float:
+        """How often /readyz's dependency probes run: often enough to notice within the timeout."""
+        return max(0.2, min(5.0, self.readiness_timeout_seconds / 3))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: object) -> ControllerSettings:
@@ -131,6 +149,10 @@ class ControllerSettings:
         keda = environ.get(ENV_KEDA_PORT, "").strip()
         if keda:
             values["keda_port"] = None if keda.lower() == "off" else _port(keda, ENV_KEDA_PORT)
+        for env, key in ((ENV_LIVENESS_TIMEOUT, "liveness_timeout_seconds"),
+                         (ENV_READINESS_TIMEOUT, "readiness_timeout_seconds")):
+            if environ.get(env, "").strip():
+                values[key] = _number(environ[env].strip(), env)
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "prometheus_url" not in values:
             raise ConfigError(f"no Prometheus URL: pass --prometheus-url or set {ENV_PROMETHEUS_URL}",

@@ -1,4 +1,4 @@
-"""Exported metrics (exactly :mod:`predictive_scaler.metrics_catalog`) and the /metrics + /healthz server.
+"""Exported metrics (exactly :mod:`predictive_scaler.metrics_catalog`) and the /metrics, /healthz, /readyz server.
 
 Besides copying the decision into gauges, two live estimates are kept here,
 in memory (they are reports, not decisions — losing them on restart changes
@@ -16,18 +16,25 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 import typing
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    make_wsgi_app,
+)
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiTally
+from predictive_scaler.controller.health import Verdict
 from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.metrics_catalog import CATALOG
 from predictive_scaler.policy.capacity import replicas_for
@@ -141,8 +148,6 @@ class Telemetry:
                                                  buckets=DURATION_BUCKETS)
         self._tracks: dict[tuple[str, str], _ScalerTrack] = {}
         self._lock = threading.Lock()
-        self.last_reconcile_monotonic: float | None = None
-        self.started_monotonic = time.monotonic()
         self.scalers = 0
 
     def _m(self, name: str) -> Any:
@@ -216,7 +221,6 @@ class Telemetry:
                 m("predictive_scaler_reconcile_errors_total").labels(*labels, kind).inc(0)
             for kind in RETRY_KINDS:
                 m("predictive_scaler_api_retries_total").labels(*labels, kind).inc(0)
-            self.last_reconcile_monotonic = time.monotonic()
 
     def model_trained(self, namespace: str, name: str, trained_until_s: float | None) -> None:
         if trained_until_s is not None:
@@ -226,7 +230,6 @@ class Telemetry:
         """A reconcile that decided nothing on purpose (paused, invalid spec, conflict) still completed."""
         with self._lock:
             self._m("predictive_scaler_last_reconcile_timestamp_seconds").labels(namespace, name).set(now_s)
-            self.last_reconcile_monotonic = time.monotonic()
 
     def error(self, namespace: str, name: str, kind: str) -> None:
         self._m("predictive_scaler_reconcile_errors_total").labels(
@@ -251,17 +254,6 @@ class Telemetry:
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
-    def healthy(self, stale_after_s: float) -> tuple[bool, str]:
-        """Alive unless scalers exist and no reconcile completed for ``stale_after_s`` seconds."""
-        now = time.monotonic()
-        last = self.last_reconcile_monotonic
-        if self.scalers == 0:
-            return True, "ok: no PredictiveScaler to reconcile"
-        since = now - (last if last is not None else self.started_monotonic)
-        if since > stale_after_s:
-            return False, f"no reconcile completed for {since:.0f}s (limit {stale_after_s:.0f}s)"
-        return True, f"ok: last reconcile {since:.0f}s ago"
-
 
 def _label_sets(metric: Any) -> list[tuple[str, ...]]:
     return [tuple(k) for k in list(getattr(metric, "_metrics", {}).keys())]
@@ -269,33 +261,59 @@ def _label_sets(metric: Any) -> list[tuple[str, ...]]:
 
 # -- HTTP ------------------------------------------------------------------------------------------
 
+Probe = Callable[[], Verdict]
+
+
+def telemetry_app(registry: CollectorRegistry, liveness: Probe, readiness: Probe) -> Callable[..., Any]:
+    """One WSGI app: ``/metrics`` is prometheus_client's own exposition; ``/healthz``, ``/readyz`` the probes."""
+    metrics = make_wsgi_app(registry)
+    probes = {"/healthz": liveness, "/readyz": readiness}
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO", "")
+        probe = probes.get(path)
+        if path == "/metrics":
+            return metrics(environ, start_response)
+        if probe is None:
+            status, body = "404 Not Found", b"not found: try /metrics, /healthz or /readyz\n"
+        else:
+            verdict = probe()
+            status = "200 OK" if verdict.ok else "503 Service Unavailable"
+            body = (verdict.message + "\n").encode()
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — probes every 10 s would flood logs
+        return
+
+
 class TelemetryServer:
-    """Serves ``/metrics`` and ``/healthz``; one port, or two when ``health_port`` differs."""
+    """Serves :func:`telemetry_app` with prometheus_client's threading WSGI server.
+
+    One port (``metrics_port``, default 8080) serves all three paths; a distinct
+    ``health_port`` adds a second listener with the same app.
+    """
 
     def __init__(self, telemetry: Telemetry, host: str, metrics_port: int, health_port: int | None,
-                 stale_after_s: float) -> None:
-        self.telemetry = telemetry
-        self.stale_after_s = stale_after_s
-        handler = _handler(self._metrics, self._health)
-        self.servers = [ThreadingHTTPServer((host, metrics_port), handler)]
-        if health_port is not None and health_port != metrics_port:
-            self.servers.append(ThreadingHTTPServer((host, health_port), handler))
+                 liveness: Probe, readiness: Probe) -> None:
+        self.app = telemetry_app(telemetry.registry, liveness, readiness)
+        ports = [metrics_port] + ([health_port] if health_port is not None and health_port != metrics_port else [])
+        self.servers = [make_server(host, port, self.app, ThreadingWSGIServer, handler_class=_QuietHandler)
+                        for port in ports]
         self._threads: list[threading.Thread] = []
 
     @property
     def ports(self) -> list[int]:
         return [int(s.server_address[1]) for s in self.servers]
 
-    def _metrics(self) -> tuple[int, bytes, str]:
-        return 200, self.telemetry.exposition(), CONTENT_TYPE_LATEST
-
-    def _health(self) -> tuple[int, bytes, str]:
-        ok, message = self.telemetry.healthy(self.stale_after_s)
-        return (200 if ok else 503), (message + "\n").encode(), "text/plain; charset=utf-8"
-
     def start(self) -> TelemetryServer:
         for server in self.servers:
-            thread = threading.Thread(target=server.serve_forever, name="telemetry-http", daemon=True)
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                                      name="telemetry-http", daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
@@ -304,27 +322,3 @@ class TelemetryServer:
         for server in self.servers:
             server.shutdown()
             server.server_close()
-
-
-Route = Callable[[], tuple[int, bytes, str]]
-
-
-def _handler(metrics: Route, health: Route) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 — http.server's naming
-            path = self.path.split("?", 1)[0]
-            route = {"/metrics": metrics, "/healthz": health}.get(path)
-            if route is None:
-                status, body, ctype = 404, b"not found: try /metrics or /healthz\n", "text/plain"
-            else:
-                status, body, ctype = route()
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — probes every 10 s would flood logs
-            return
-
-    return Handler

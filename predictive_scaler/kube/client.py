@@ -30,6 +30,7 @@ from urllib.parse import quote
 import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.errors import (
@@ -79,6 +80,14 @@ def _template_regex(template: str) -> re.Pattern[str]:
 
 _TARGET = "the target workload's group"
 API_CALLS: tuple[ApiCall, ...] = (
+    ApiCall(
+        "GET",
+        "/version",
+        "get",
+        "",
+        "",
+        "readiness: is the API server reachable (granted to everyone by system:public-info-viewer)",
+    ),
     ApiCall(
         "GET",
         "/api/v1",
@@ -464,6 +473,7 @@ class KubeCluster:
         body: Any = None,
         content_type: str = _JSON,
         write: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         params = list((query or {}).items())
         if write and self._dry_run:
@@ -481,7 +491,8 @@ class KubeCluster:
                 auth_settings=["BearerToken"],
             )
             response = self._api.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+                method, url, header_params=headers, body=body,
+                _request_timeout=self._timeout if timeout is None else timeout,
             )
             data = response.read()
         except ApiException as exc:
@@ -522,6 +533,16 @@ class KubeCluster:
             retry_conflicts=retry_conflicts,
             what=what,
         )
+
+    def ping(self, timeout: float) -> str | None:
+        """None when the API server answers ``/version`` within ``timeout`` s, else why not. No retries."""
+        try:
+            self._request("GET", "/version", what="check the API server", timeout=timeout)
+        except ClusterError as exc:
+            if exc.status is not None and exc.status < 500 and exc.status not in (401, 403):
+                return None  # it answered: reachable, whatever it thinks of /version
+            return str(exc)
+        return None
 
     # -- target /scale -----------------------------------------------------
 
@@ -1025,17 +1046,18 @@ def pod_gpu_request(pod: Mapping[str, Any], resource: str = manifests.GPU_RESOUR
 
 
 def _quantity_int(value: Any) -> int:
+    """A GPU count from a Kubernetes quantity (``"8"``, ``"1k"``), read by ``kubernetes.utils.parse_quantity``."""
     if value is None:
         return 0
     try:
-        return int(str(value))
-    except ValueError:
-        try:
-            return int(float(str(value)))
-        except ValueError as exc:
-            raise DataError(
-                f"GPU quantity {value!r} is not a whole number; GPUs are counted in units"
-            ) from exc
+        amount = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise DataError(
+            f"GPU quantity {value!r} is not a Kubernetes quantity; GPUs are counted in whole units, e.g. \"8\""
+        ) from exc
+    if amount != amount.to_integral_value() or amount < 0:
+        raise DataError(f"GPU quantity {value!r} is not a whole number ≥ 0; GPUs are counted in units")
+    return int(amount)
 
 
 def _node_usable(node: Mapping[str, Any]) -> bool:

@@ -4,8 +4,8 @@ Transient failures (5xx, 429, connection errors) are retried with exponential
 backoff and jitter; a 429's ``Retry-After`` is honoured. A 409 conflict is
 retried only for read-modify-write operations, where the operation re-reads
 the object itself. Attempts and total time are both bounded so a reconcile
-never outlives its period. Sleep, clock and randomness are injected: tests
-run with a FakeClock and no real sleeping.
+never outlives its period. The loop is tenacity's; sleep, clock and
+randomness are injected: tests run with a FakeClock and no real sleeping.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from predictive_scaler.clock import Clock
 from predictive_scaler.errors import ClusterError, ConfigError, ConflictError, ThrottledError
@@ -67,49 +69,64 @@ def call_with_retry(
     retry_conflicts: bool = False,
     what: str = "Kubernetes API call",
 ) -> T:
-    """Run ``operation`` until it succeeds or the policy says stop.
+    """Run ``operation`` until it succeeds or the policy says stop (a tenacity ``Retrying``).
 
     ``retry_conflicts`` marks a read-modify-write ``operation`` that re-reads the
     object on each attempt, so a 409 is worth retrying; a blind write that got
     a 409 would only conflict again, so it is raised at once.
     Non-retryable errors are raised at once. The last error is raised with a
-    note of how many attempts were made.
+    note of how many attempts were made. tenacity sleeps with ``sleep`` and the
+    elapsed-time bound reads ``clock``: nothing here reads the wall clock.
     """
     started = clock.now()
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return operation()
-        except ConflictError as exc:
-            if not retry_conflicts:
-                raise
-            delay = policy.conflict_delay * (1 + rng.random())
-            error: ClusterError = exc
-        except ThrottledError as exc:
-            backoff = policy.backoff(attempt, rng)
-            if exc.retry_after is not None:
-                if exc.retry_after > policy.max_retry_after:
-                    exc.add_note(
-                        f"{what}: the API server asked to wait {exc.retry_after:g} s, longer "
-                        f"than the {policy.max_retry_after:g} s this call may wait; will "
-                        "retry next reconcile"
-                    )
-                    raise
-                delay = max(exc.retry_after, backoff)
-            else:
-                delay = backoff
-            error = exc
-        except ClusterError as exc:
-            if not exc.retryable:
-                raise
-            delay = policy.backoff(attempt, rng)
-            error = exc
-        elapsed = (clock.now() - started).total_seconds()
-        if attempt >= policy.max_attempts or elapsed + delay > policy.max_elapsed:
-            error.add_note(
-                f"{what}: gave up after {attempt} attempt(s) in {elapsed:.1f} s "
-                f"(limit {policy.max_attempts} attempts / {policy.max_elapsed:g} s)"
+
+    def elapsed() -> float:
+        return (clock.now() - started).total_seconds()
+
+    def retryable(exc: BaseException) -> bool:
+        if isinstance(exc, ConflictError):
+            return retry_conflicts
+        if isinstance(exc, ThrottledError) and exc.retry_after is not None and exc.retry_after > policy.max_retry_after:
+            exc.add_note(
+                f"{what}: the API server asked to wait {exc.retry_after:g} s, longer "
+                f"than the {policy.max_retry_after:g} s this call may wait; will "
+                "retry next reconcile"
             )
-            raise error
-        sleep(delay)
+            return False
+        return isinstance(exc, ClusterError) and exc.retryable
+
+    def wait(state: RetryCallState) -> float:
+        exc = _error(state)
+        if isinstance(exc, ConflictError):
+            return policy.conflict_delay * (1 + rng.random())
+        backoff = policy.backoff(state.attempt_number, rng)
+        if isinstance(exc, ThrottledError) and exc.retry_after is not None:
+            return max(exc.retry_after, backoff)
+        return backoff
+
+    def stop(state: RetryCallState) -> bool:
+        # The wait is computed first (tenacity's order), so the next sleep counts against the bound.
+        return (state.attempt_number >= policy.max_attempts
+                or elapsed() + state.upcoming_sleep > policy.max_elapsed)
+
+    def give_up(state: RetryCallState) -> T:
+        error = _error(state)
+        error.add_note(
+            f"{what}: gave up after {state.attempt_number} attempt(s) in {elapsed():.1f} s "
+            f"(limit {policy.max_attempts} attempts / {policy.max_elapsed:g} s)"
+        )
+        raise error
+
+    def pause(seconds: float) -> None:
+        sleep(seconds)
+
+    retrying = Retrying(sleep=pause, stop=stop, wait=wait, retry=retry_if_exception(retryable),
+                        retry_error_callback=give_up)
+    return retrying(operation)
+
+
+def _error(state: RetryCallState) -> BaseException:
+    assert state.outcome is not None and state.outcome.failed
+    exc = state.outcome.exception()
+    assert exc is not None
+    return exc

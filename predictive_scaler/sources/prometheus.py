@@ -7,10 +7,26 @@ number: :meth:`PrometheusSource.scalar_now` returns a :class:`DemandSample`
 whose value is NaN with the reason it is missing, or raises
 :class:`~predictive_scaler.errors.SourceError` (the reconciler holds either way).
 
-We speak HTTP with ``requests`` rather than through prometheus-api-client's
-``custom_query``: the client drops the response's ``warnings`` (partial data)
-and retries with real, unbounded ``time.sleep`` inside urllib3, which we need
-to own (injected sleep, bounded attempts, errors mapped to SourceError).
+Which call goes through what:
+
+- **prometheus-api-client** (``PrometheusConnect``, built on this source's
+  ``requests`` session, its urllib3 retries off) for the connection check
+  (``check_prometheus_connection``, /readyz's probe) and for range pulls
+  (``custom_query_range``: the retraining job's and ``backtest --prometheus``'s
+  history). The client returns only ``data.result``, so a response hook on the
+  session keeps each answer: its ``warnings`` (partial data), result type and
+  Prometheus's error are read from it exactly as on the raw path. Range results
+  go onto the model grid as numpy arrays, not the client's long-format
+  ``MetricRangeDataFrame`` (it would be pivoted straight back). No label look-ups
+  are made anywhere.
+- **raw ``requests``** for instant queries (``query``/``instant``/``scalar_now``):
+  the controller decides on them every period and must see ``warnings``,
+  ``errorType`` and a non-JSON body as such, which the client's
+  ``custom_query`` hides (it returns ``data.result`` or raises on a status).
+
+Retries are one tenacity policy for both paths (``RetryPolicy``: bounded attempts,
+backoff 0.5·2^k s capped, at most 30 s in all on the injected clock), sleeping with
+the injected ``sleep``.
 
 Facts this relies on (measured on Prometheus 2.42, DESIGN.md §4):
 
@@ -28,15 +44,20 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
 import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
+from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.errors import SourceError
@@ -127,14 +148,20 @@ class QueryResult:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped)."""
+    """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped).
+
+    No retry starts once it would end more than ``max_elapsed_seconds`` after the first
+    attempt began, read on the source's injected clock (so a call never outlives a period).
+    """
 
     retries: int = 3
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 8.0
+    max_elapsed_seconds: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.retries < 0 or self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+        if (self.retries < 0 or self.backoff_seconds < 0 or self.max_backoff_seconds < 0
+                or self.max_elapsed_seconds < 0):
             raise SourceError("retry settings must not be negative; use retries=0 to disable retries")
 
     def delay(self, attempt: int) -> float:
@@ -164,6 +191,8 @@ class PrometheusSource:
     clock: Clock = field(default_factory=SystemClock)
     sleep: Callable[[float], None] = time.sleep
     session: requests.Session = field(default_factory=requests.Session)
+    #: No retry starts that would end later than this after the first attempt (on ``clock``).
+    retry_budget_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -175,9 +204,34 @@ class PrometheusSource:
         if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
             raise SourceError(f"max_points_per_series must be in 2..{MAX_POINTS_PER_SERIES}, "
                               f"got {self.max_points_per_series}")
-        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds)
+        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds,
+                                  max_elapsed_seconds=self.retry_budget_seconds)
         #: HTTP calls made (attempts included) — for tests and benchmarks.
         self.requests_made = 0
+        self._clients: dict[float, PrometheusConnect] = {}
+        if _keep_response not in self.session.hooks["response"]:
+            self.session.hooks["response"].append(_keep_response)
+
+    # -- connection check -------------------------------------------------------------------------
+    def client(self, timeout: float | None = None) -> PrometheusConnect:
+        """prometheus-api-client on this source's session and headers, with its urllib3 retries off
+        (our retry policy owns retries: bounded attempts, injected sleep)."""
+        timeout = self.timeout if timeout is None else timeout
+        client = self._clients.get(timeout)
+        if client is None:
+            client = PrometheusConnect(url=self.url, headers=dict(self.headers) or None, session=self.session,
+                                       retry=Retry(total=0, raise_on_status=False),
+                                       timeout=timeout)  # type: ignore[arg-type]
+            self._clients[timeout] = client
+        return client
+
+    def check_connection(self, timeout: float) -> str | None:
+        """None when Prometheus answers within ``timeout`` s, else why not (one try; /readyz's probe)."""
+        try:
+            ok = self.client(timeout).check_prometheus_connection()
+        except requests.RequestException as exc:
+            return f"Prometheus at {self.url} unreachable ({type(exc).__name__})"
+        return None if ok else f"Prometheus at {self.url} answered with an error status"
 
     # -- queries --------------------------------------------------------------------------------
     def query(self, query: str, at: datetime | None = None) -> QueryResult:
@@ -205,7 +259,8 @@ class PrometheusSource:
               *, allow_partial: bool = False) -> list[RangeSeries]:
         """Range query over [start, end], split into chunks of at most ``max_points_per_series`` points.
 
-        Series are merged across chunks by label set, in order of first appearance.
+        Series are merged across chunks by label set, in order of first appearance. Each chunk is one
+        ``custom_query_range`` of prometheus-api-client, which sends start and end in whole seconds.
         """
         step_s = _step_seconds(step)
         t0, t1 = _epoch(start), _epoch(end)
@@ -218,8 +273,8 @@ class PrometheusSource:
         chunk_start = t0
         while chunk_start <= t1:
             chunk_end = min(t1, chunk_start + span)
-            data, w = self._get("query_range", {"query": query, "start": chunk_start,
-                                                "end": chunk_end, "step": step_s}, query)
+            data, w = self._attempts("query_range", query,
+                                     partial(self._range_once, query, chunk_start, chunk_end, step_s))
             warns.extend(w)
             if data.get("resultType") != "matrix":
                 raise SourceError(f"range query {query!r} returned a {data.get('resultType')!r}, not a "
@@ -317,32 +372,76 @@ class PrometheusSource:
     def _get(self, endpoint: str, params: dict[str, Any], query: str) -> tuple[dict[str, Any], tuple[str, ...]]:
         url = f"{self.url}/api/v1/{endpoint}"
         params = {**params, "timeout": f"{self.timeout:g}s"}
-        last: Exception | None = None
-        for attempt in range(self._retry.retries + 1):
-            if attempt:
-                self.sleep(self._retry.delay(attempt - 1))
-            try:
-                return self._get_once(url, params, query)
-            except _Retryable as exc:
-                last = exc
-                log.warning("prometheus %s attempt %d/%d failed: %s", endpoint, attempt + 1,
-                            self._retry.retries + 1, exc)
-        assert last is not None
-        raise SourceError(
-            f"Prometheus at {self.url} failed {self._retry.retries + 1} times for {query!r}: {last}; "
-            "check that it is up and reachable (its /-/ready endpoint), or raise the timeout"
-        ) from last.__cause__ or last
+        return self._attempts(endpoint, query, lambda: self._get_once(url, params, query))
 
-    def _get_once(self, url: str, params: dict[str, Any], query: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    def _attempts(self, endpoint: str, query: str, attempt: Callable[[], _Answer]) -> _Answer:
+        """``attempt`` under the retry policy: a tenacity ``Retrying`` that sleeps with the injected ``sleep``."""
+        tries = self._retry.retries + 1
+        started = self.clock.now()
+
+        def stop(state: RetryCallState) -> bool:
+            # tenacity computes the wait first, so the coming sleep counts against the bound.
+            elapsed = (self.clock.now() - started).total_seconds()
+            return state.attempt_number >= tries or elapsed + state.upcoming_sleep > self._retry.max_elapsed_seconds
+
+        def note(state: RetryCallState) -> None:
+            log.warning("prometheus %s attempt %d/%d failed: %s", endpoint, state.attempt_number, tries,
+                        state.outcome.exception() if state.outcome else "?")
+
+        def give_up(state: RetryCallState) -> _Answer:
+            last = state.outcome.exception() if state.outcome else None
+            raise SourceError(
+                f"Prometheus at {self.url} failed {state.attempt_number} times for {query!r}: {last}; "
+                "check that it is up and reachable (its /-/ready endpoint), or raise the timeout"
+            ) from (last.__cause__ or last) if last else None
+
+        def pause(seconds: float) -> None:
+            self.sleep(seconds)
+
+        retrying = Retrying(sleep=pause, stop=stop,
+                            wait=lambda state: self._retry.delay(state.attempt_number - 1),
+                            retry=retry_if_exception_type(_Retryable), after=note, retry_error_callback=give_up)
+        return retrying(attempt)
+
+    def _get_once(self, url: str, params: dict[str, Any], query: str) -> _Answer:
+        """One raw GET: the instant queries the controller decides on, whose ``warnings`` must be read."""
         self.requests_made += 1
         try:
             resp = self.session.get(url, params=params, headers=dict(self.headers), timeout=self.timeout)
-        except requests.Timeout as exc:
-            raise _Retryable(f"no answer within {self.timeout:g}s") from exc
-        except requests.ConnectionError as exc:
-            raise _Retryable(f"cannot connect ({type(exc).__name__})") from exc
         except requests.RequestException as exc:
-            raise SourceError(f"request to {url} failed: {exc}; check the Prometheus URL") from exc
+            raise _transport_error(exc, url, self.timeout) from exc
+        return self._answer(resp, query)
+
+    def _range_once(self, query: str, start: float, end: float, step_s: int) -> _Answer:
+        """One range chunk through prometheus-api-client's ``custom_query_range``.
+
+        The client returns only ``data.result``; this session's response hook keeps the
+        response itself, so ``warnings`` (partial data), the result type and Prometheus's
+        own error answer are read from it exactly as on the raw path.
+        """
+        self.requests_made += 1
+        _CAPTURE.responses = []
+        try:
+            result = self.client().custom_query_range(
+                query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+                step=str(step_s), params={"timeout": f"{self.timeout:g}s"})
+        except (requests.Timeout, requests.ConnectionError) as exc:
+            raise _transport_error(exc, f"{self.url}/api/v1/query_range", self.timeout) from exc
+        except (PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:  # incl. a JSON decode error
+            answered = _CAPTURE.responses[-1] if _CAPTURE.responses else None
+            if answered is not None:
+                self._answer(answered, query)  # raises what the raw path raises for this answer
+            raise SourceError(f"Prometheus answered {query!r} badly ({exc}); is {self.url} Prometheus?") from exc
+        except requests.RequestException as exc:
+            raise _transport_error(exc, f"{self.url}/api/v1/query_range", self.timeout) from exc
+        finally:
+            responses, _CAPTURE.responses = _CAPTURE.responses, None
+        data, warns = self._answer(responses[-1], query)
+        return {**data, "result": result}, warns
+
+    def _answer(self, resp: requests.Response, query: str) -> _Answer:
+        """Prometheus's JSON answer as (data, warnings), or the error it means."""
+        url = resp.url.split("?", 1)[0]
         body = _json_body(resp)
         if resp.status_code == 429 or resp.status_code >= 500:
             reason = (body or {}).get("error") or resp.reason
@@ -360,6 +459,31 @@ class PrometheusSource:
             raise SourceError(f"Prometheus answered {query!r} without a data object; is {self.url} Prometheus?")
         warns = body.get("warnings") or []
         return data, tuple(str(w) for w in warns)
+
+
+_Answer = tuple[dict[str, Any], tuple[str, ...]]
+
+
+class _Capture(threading.local):
+    responses: list[requests.Response] | None = None
+
+
+#: Responses seen by the session hook while a client call runs on this thread.
+_CAPTURE = _Capture()
+
+
+def _keep_response(resp: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+    if _CAPTURE.responses is not None:
+        _CAPTURE.responses.append(resp)
+    return resp
+
+
+def _transport_error(exc: requests.RequestException, url: str, timeout: float) -> Exception:
+    if isinstance(exc, requests.Timeout):
+        return _Retryable(f"no answer within {timeout:g}s")
+    if isinstance(exc, requests.ConnectionError):
+        return _Retryable(f"cannot connect ({type(exc).__name__})")
+    return SourceError(f"request to {url} failed: {exc}; check the Prometheus URL")
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -228,4 +228,4 @@ def test_settings_from_the_deploy_configmap() -> None:
            "PREDICTIVE_SCALER_CLUSTER_BUDGET_COST_PER_HOUR": ""}
     s = ControllerSettings.from_env(env, interval_seconds=30.0, namespace=None)
     assert (s.interval_seconds, s.cluster_budget.max_gpus, s.cluster_budget.max_cost_per_hour) == (30.0, 8, None)
-    assert s.health_stale_after_seconds == 150.0 and timedelta(seconds=s.interval_seconds)
+    assert s.liveness_timeout_seconds == 150.0 and timedelta(seconds=s.interval_seconds)

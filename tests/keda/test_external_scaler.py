@@ -26,7 +26,7 @@ from support.prometheus import BackfilledPrometheus
 from predictive_scaler.backtest.adapters import ServedModel, TraceMetrics
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.handlers import Handlers, build_registry
-from predictive_scaler.controller.run import start_keda_server
+from predictive_scaler.controller.run import keda_server
 from predictive_scaler.controller.service import ControllerService
 from predictive_scaler.controller.settings import ControllerSettings
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
@@ -110,7 +110,7 @@ def running_controller(prom: BackfilledPrometheus, store: ModelStore, api: FakeA
                                   metrics_host="127.0.0.1")
     service = ControllerService(settings, kube, PrometheusSource(prom.url, retries=0, clock=clock), store, clock)
     _, handlers = build_registry(service)
-    server = start_keda_server(service)
+    server = keda_server(service).start()
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     try:
         yield Controller(service, handlers, clock, api, pb_grpc.ExternalScalerStub(channel))
@@ -221,7 +221,7 @@ def test_errors_say_why(prometheus_server: BackfilledPrometheus, store: ModelSto
         assert "mode is scale, not keda" in info.value.details()
         assert ask(c.stub, ref("llm"))[2] is True
         # The answer ages out when the controller stops reconciling the scaler.
-        c.clock.advance(c.service.settings.health_stale_after_seconds + 1)
+        c.clock.advance(c.service.settings.liveness_timeout_seconds + 1)
         with pytest.raises(grpc.RpcError) as info:
             c.stub.IsActive(ref("llm"), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "old" in info.value.details()

@@ -26,6 +26,7 @@ import copy
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -451,7 +452,12 @@ class FakeApiServer:
 
     # ----------------------------------------------------------- serving ---
 
+    #: Longest a watch stream stays open (a real server holds it for timeoutSeconds, ~minutes).
+    watch_hold_seconds = 2.0
+
     def _handle(self, request: Request) -> Response:
+        if request.method.upper() == "GET" and request.args.get("watch") in ("true", "1"):
+            return self._watch(request.path, request.args.to_dict())
         with self._lock:
             method = request.method.upper()
             path = request.path
@@ -470,6 +476,49 @@ class FakeApiServer:
             return Response(
                 json.dumps(payload), status=status, headers=headers, content_type="application/json"
             )
+
+    def _watch(self, path: str, query: dict[str, str]) -> Response:
+        """A watch stream: objects changed after ``resourceVersion`` as JSON lines, held open briefly.
+
+        Enough for kopf (list, then watch from the list's resourceVersion, re-watch when the
+        stream ends); deletions are not streamed.
+        """
+        parts = [p for p in path.split("/") if p]
+        namespace: str | None = None
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            rest, group, version = [], "", ""
+        if len(rest) == 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        with self._lock:
+            rtype = self._types.get((group, version, rest[0])) if len(rest) == 1 else None
+            self.requests.append(RecordedRequest("GET", path, query, None, None, 200 if rtype else 404))
+        if rtype is None:
+            return Response(json.dumps(_not_served().body()), status=404, content_type="application/json")
+        seen = int(query.get("resourceVersion") or 0)
+        hold = min(float(query.get("timeoutSeconds") or self.watch_hold_seconds), self.watch_hold_seconds)
+
+        def stream() -> Iterable[bytes]:
+            nonlocal seen
+            deadline = time.monotonic() + hold
+            while True:
+                with self._lock:
+                    changed = sorted(
+                        (copy.deepcopy(obj) for (ns, _), obj in self._bucket(rtype).items()
+                         if (namespace is None or ns == namespace)
+                         and int(obj["metadata"]["resourceVersion"]) > seen),
+                        key=lambda o: int(o["metadata"]["resourceVersion"]))
+                for obj in changed:
+                    seen = max(seen, int(obj["metadata"]["resourceVersion"]))
+                    yield (json.dumps({"type": "MODIFIED", "object": obj}) + "\n").encode()
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.1)
+
+        return Response(stream(), status=200, content_type="application/json", direct_passthrough=True)
 
     def _respond(
         self, method: str, path: str, query: dict[str, str], content_type: str | None, body: Any
@@ -509,6 +558,13 @@ class FakeApiServer:
         self, method: str, path: str, query: dict[str, str], content_type: str | None, body: Any
     ) -> tuple[int, dict[str, Any]]:
         parts = [p for p in path.split("/") if p]
+        if parts == ["version"] and method == "GET":
+            major, minor = KUBERNETES_VERSION.split(".")
+            return 200, {"major": major, "minor": minor, "gitVersion": f"v{KUBERNETES_VERSION}.0"}
+        if parts == ["api"] and method == "GET":
+            return 200, {"kind": "APIVersions", "versions": ["v1"]}
+        if parts == ["apis"] and method == "GET":
+            return 200, self._group_list()
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
@@ -575,6 +631,17 @@ class FakeApiServer:
         return 200, handlers[method]()
 
     # ----------------------------------------------------------- verbs ---
+
+    def _group_list(self) -> dict[str, Any]:
+        """``GET /apis``: every served group (kopf's resource observer reads it)."""
+        groups: dict[str, list[str]] = {}
+        for t in self._types.values():
+            if t.group and t.version not in groups.setdefault(t.group, []):
+                groups[t.group].append(t.version)
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+             "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
+            for g, vs in sorted(groups.items())]}
 
     def _discovery(self, group: str, version: str) -> dict[str, Any]:
         types = [t for t in self._types.values() if t.group == group and t.version == version]

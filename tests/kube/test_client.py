@@ -704,6 +704,7 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     cluster.list_scalers(NS)
     cluster.list_scalers()
     cluster.patch_status("llm", NS, {"ok": True})
+    assert cluster.ping(timeout=2.0) is None
     used = {api_call_for(method, path) for method, path in fake_api.calls()}
     assert used == set(API_CALLS)
 
@@ -774,3 +775,35 @@ def test_api_client_without_credentials_is_a_config_error(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match="--kubeconfig") as info:
         api_client_from_environment(str(tmp_path / "missing"))
     assert info.value.field == "kubeconfig"
+
+
+
+@pytest.mark.parametrize(("status", "reachable"), [(None, True), (404, True), (401, False), (403, False),
+                                                   (500, False), (503, False)],
+                         ids=["answers", "answers-404", "unauthorised", "forbidden", "server-error", "unavailable"])
+def test_ping_says_whether_the_api_server_is_reachable(fake_api, cluster, status, reachable):
+    if status is not None:
+        fake_api.fail_next("^/version$", status)
+    problem = cluster.ping(timeout=2.0)
+    assert (problem is None) is reachable, problem
+    if not reachable:
+        assert "check the API server" in problem
+
+
+@pytest.mark.parametrize(("value", "gpus"), [(None, 0), ("8", 8), (8, 8), ("1k", 1000), ("2.0", 2)],
+                         ids=["absent", "text", "int", "suffix", "decimal-whole"])
+def test_gpu_quantities_are_kubernetes_quantities(value, gpus):
+    from predictive_scaler.kube.client import _quantity_int
+
+    assert _quantity_int(value) == gpus
+
+
+@pytest.mark.parametrize(("value", "words"), [("500m", "whole number"), ("1.5", "whole number"),
+                                              ("-1", "≥ 0"), ("eight", "not a Kubernetes quantity")],
+                         ids=["milli", "fraction", "negative", "not-a-quantity"])
+def test_bad_gpu_quantities_are_named(value, words):
+    from predictive_scaler.errors import DataError
+    from predictive_scaler.kube.client import _quantity_int
+
+    with pytest.raises(DataError, match=words):
+        _quantity_int(value)

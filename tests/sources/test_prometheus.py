@@ -13,6 +13,7 @@ from pytest_httpserver import HTTPServer
 from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
 from werkzeug import Request, Response
 
+from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import InsufficientHistoryError, SourceError
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.prometheus import (
@@ -27,6 +28,16 @@ RATE = 'sum(rate(requests_total{namespace="ml"}[5m]))'
 class Sleeps(list[float]):
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
+
+
+def serve(httpserver: HTTPServer, path: str, responses: list[tuple[int, object]]) -> None:
+    """Answer ``path`` with ``responses`` in order (a dict as JSON, anything else as text)."""
+    for status, body in responses:
+        handler = httpserver.expect_ordered_request(path)
+        if isinstance(body, dict):
+            handler.respond_with_json(body, status=status)
+        else:
+            handler.respond_with_data(str(body), status=status)
 
 
 def start_of(prom: BackfilledPrometheus) -> datetime:
@@ -163,6 +174,21 @@ def test_server_down_is_a_source_error_after_retries() -> None:
     assert src.requests_made == 4
 
 
+def test_retries_stop_within_the_budget_on_the_injected_clock() -> None:
+    clock = FakeClock(datetime(2024, 1, 1, tzinfo=UTC))
+    sleeps = Sleeps()
+
+    def sleep(seconds: float) -> None:
+        sleeps(seconds)
+        clock.advance(seconds)
+
+    src = PrometheusSource(f"http://127.0.0.1:{free_port()}", retries=10, backoff_seconds=4, sleep=sleep,
+                           clock=clock, retry_budget_seconds=30)
+    with pytest.raises(SourceError, match="failed 5 times"):
+        src.scalar_now(RATE, None, timedelta(minutes=2))
+    assert sleeps == [4.0, 8.0, 8.0, 8.0]  # the next 8 s would end 36 s after the first attempt
+
+
 def test_a_bad_query_is_not_retried(prometheus_server: BackfilledPrometheus) -> None:
     sleeps = Sleeps()
     src = PrometheusSource(prometheus_server.url, sleep=sleeps)
@@ -205,12 +231,7 @@ OK_BODY = {"status": "success", "data": {"resultType": "vector",
          "string-result", "garbage-value"],
 )
 def test_http_faults(httpserver: HTTPServer, responses: list[tuple[int, object]], outcome: object) -> None:
-    for status, body in responses:
-        handler = httpserver.expect_ordered_request("/api/v1/query")
-        if isinstance(body, dict):
-            handler.respond_with_json(body, status=status)
-        else:
-            handler.respond_with_data(str(body), status=status)
+    serve(httpserver, "/api/v1/query", responses)
     sleeps = Sleeps()
     src = PrometheusSource(httpserver.url_for("/"), retries=2, sleep=sleeps)
     at = datetime(2024, 1, 1, tzinfo=UTC)
@@ -324,3 +345,55 @@ def test_a_present_value_costs_no_probe(httpserver: HTTPServer) -> None:
     src = PrometheusSource(httpserver.url_for("/"), retries=0, sleep=Sleeps())
     assert src.scalar_now("x", datetime(2024, 1, 1, tzinfo=UTC), timedelta(minutes=2)).value == 42.0
     assert len(httpserver.log) == 1
+
+
+# -- prometheus-api-client: range pulls and the connection check ----------------------------------
+MATRIX_BODY = {"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"pod": "a"}, "values": [[1704067200, "1"], [1704067260, "NaN"], [1704067320, "3"]]}]}}
+
+
+def test_range_pulls_go_through_prometheus_api_client(prometheus_server: BackfilledPrometheus,
+                                                     client_calls: list[str]) -> None:
+    calls = client_calls
+    h = prometheus_server.history
+    src = PrometheusSource(prometheus_server.url, max_points_per_series=1000)
+    query = 'DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod=~"llm-[a-z0-9]+-[a-z0-9]+"}'
+    start = start_of(prometheus_server)
+    series = src.range(query, start, start + timedelta(hours=30), 60)
+    assert calls == [query] * math.ceil((30 * 60 + 1) / 1000) == [query] * src.requests_made
+    assert len(series) == len(h.pods) and all(np.isfinite(s.values).any() for s in series)
+
+
+@pytest.mark.parametrize(
+    ("responses", "outcome"),
+    [
+        ([(503, {"status": "error", "errorType": "timeout", "error": "query timed out"}), (200, MATRIX_BODY)], 3),
+        ([(500, "oops")] * 3, "failed 3 times"),
+        ([(200, "<html>grafana</html>")], "not Prometheus JSON"),
+        ([(400, {"status": "error", "errorType": "bad_data", "error": "parse error"})], "bad_data: parse error"),
+        ([(200, {**MATRIX_BODY, "warnings": ["remote store down"]})], "remote store down"),
+        ([(200, {"status": "success", "data": {"resultType": "vector", "result": []}})], "not a matrix"),
+    ],
+    ids=["503-then-ok", "5xx-exhausts-retries", "html-body", "400-bad-data", "warnings", "vector-result"],
+)
+def test_range_faults_through_the_client(httpserver: HTTPServer, responses: list[tuple[int, object]],
+                                         outcome: object) -> None:
+    """The client drops everything but data.result; errors and warnings still read as on the raw path."""
+    serve(httpserver, "/api/v1/query_range", responses)
+    sleeps = Sleeps()
+    src = PrometheusSource(httpserver.url_for("/"), retries=2, sleep=sleeps)
+    start = datetime.fromtimestamp(1704067200, UTC)
+    if isinstance(outcome, int):
+        (series,) = src.range("x", start, start + timedelta(minutes=2), 60)
+        assert len(series.values) == outcome and np.isnan(series.values[1])
+        assert sleeps == [0.5]
+    else:
+        with pytest.raises(SourceError, match=str(outcome)):
+            src.range("x", start, start + timedelta(minutes=2), 60)
+        assert len(sleeps) == len(responses) - 1
+
+
+def test_connection_check(prometheus_server: BackfilledPrometheus) -> None:
+    assert PrometheusSource(prometheus_server.url).check_connection(2.0) is None
+    problem = PrometheusSource(f"http://127.0.0.1:{free_port()}").check_connection(2.0)
+    assert problem is not None and "unreachable" in problem
