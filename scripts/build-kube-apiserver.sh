@@ -12,6 +12,7 @@
 # message saying what to install; nothing is skipped.
 #
 # Env: PSCALER_KUBE_CACHE  cache root (default /var/cache/predictive-scaler)
+# --print-bin-dir: only print where the binaries are (or would be); build nothing.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -26,6 +27,10 @@ key="$( (cat "$fixes"; echo "rev=$BUILD_REV"; echo "deb=$DEB_VERSION") | sha256s
 dest="$cache_root/kubernetes-$K8S_VERSION-$key"
 bin="$dest/bin"
 
+if [ "${1:-}" = "--print-bin-dir" ]; then
+  echo "$bin"
+  exit 0
+fi
 if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ]; then
   echo "kube-apiserver $K8S_VERSION already built (cache hit)" >&2
   echo "$bin"

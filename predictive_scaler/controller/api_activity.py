@@ -40,6 +40,21 @@ def error_kind(status: int | None) -> str | None:
     return None
 
 
+def failure_kind(exc: Exception) -> str:
+    """What failed a reconcile, for the ApiDegraded condition and Event: a retry kind, the missing
+    API (``missing API autoscaling/v2 or autoscaling/v2beta2``), else the HTTP status."""
+    from predictive_scaler.errors import MissingApiError
+
+    if isinstance(exc, MissingApiError):
+        return f"{MISSING_API} {exc.api}"
+    status = getattr(exc, "status", None)
+    return error_kind(status) or (f"HTTP {status}" if status else "unreachable")
+
+
+#: Prefix of the failure kind of a reconcile that needs an API the server does not serve.
+MISSING_API = "missing API"
+
+
 @dataclass(frozen=True)
 class ApiTally:
     """Retries (by kind) made since the last :meth:`ApiActivity.take` on this thread."""
