@@ -26,7 +26,7 @@ from support.kubeapi import KubeApiServer, apply_deploy, running_control_plane
 from support.prometheus import PrometheusServer, free_port
 
 from predictive_scaler import crd
-from predictive_scaler.forecasting.baselines import PersistenceForecaster
+from predictive_scaler.forecasting.baselines import SeasonalNaiveForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
 from predictive_scaler.series import Series
 from predictive_scaler.sources.openmetrics import CounterFamily
@@ -65,21 +65,31 @@ def controller_kubeconfig(kube_api: KubeApiServer) -> Path:
     return kube_api.service_account_kubeconfig(crd.CONTROLLER_NAMESPACE, CONTROLLER_SA)
 
 
-def demand_series(start: datetime, minutes: int, seed: int = 3) -> Series:
-    """Request rate (req/s) at 1-minute steps: LEVEL with a daily wave and noise."""
+#: Yesterday, from BUMP_FROM to BUMP_TO after the time the suite started, demand doubled: a seasonal
+#: model expects it again today, so the forecast one node start ahead needs placeholders while the
+#: demand now (and one pod start ahead) does not.
+BUMP_FROM, BUMP_TO, BUMP = timedelta(minutes=20), timedelta(hours=4), 2.0
+HISTORY_DAYS = 4
+
+
+def demand_series(start: datetime, minutes: int, now: datetime, seed: int = 3) -> Series:
+    """Request rate (req/s) at 1-minute steps: LEVEL with noise, and yesterday's bump."""
     rng = np.random.default_rng(seed)
-    t = np.arange(minutes)
-    values = LEVEL * (1 + 0.15 * np.sin(2 * np.pi * t / 1440)) * (1 + 0.08 * rng.standard_normal(minutes))
+    values = LEVEL * (1 + 0.05 * rng.standard_normal(minutes))
+    t = np.array([start + timedelta(minutes=int(i)) for i in range(minutes)])
+    yesterday = now - timedelta(days=1)
+    values[(t >= yesterday + BUMP_FROM) & (t < yesterday + BUMP_TO)] *= BUMP
     return Series(np.maximum(values, 1.0), pd.Timestamp(start), 60, name=MODEL)
 
 
 @dataclass(frozen=True)
 class RecentDemand:
-    """A real Prometheus whose counters run from two days ago to three hours ahead of the wall clock
+    """A real Prometheus whose counters run from four days ago to three hours ahead of the wall clock
     (the controller process reads at the system time), and the series they integrate."""
 
     server: PrometheusServer
     series: Series
+    started: datetime
 
     @property
     def url(self) -> str:
@@ -89,24 +99,25 @@ class RecentDemand:
 @pytest.fixture(scope="session")
 def recent_demand(prometheus_factory: Callable[..., PrometheusServer]) -> RecentDemand:
     now = datetime.now(UTC)
-    start = datetime.fromtimestamp(math.floor(now.timestamp() / 300) * 300, UTC) - timedelta(days=2)
-    series = demand_series(start, minutes=(2 * 24 + 3) * 60)
+    start = datetime.fromtimestamp(math.floor(now.timestamp() / 300) * 300, UTC) - timedelta(days=HISTORY_DAYS)
+    series = demand_series(start, (HISTORY_DAYS * 24 + 3) * 60, now)
     pods = ("llm-0", "llm-1", "llm-2")
     counters = [CounterFamily(name="requests_total", series=series, pods=pods,
                               labels={"namespace": "e2e", "job": "inference"}, rate_unit_seconds=1.0,
                               reset_every=None)]
-    return RecentDemand(prometheus_factory(counters=counters), series)
+    return RecentDemand(prometheus_factory(counters=counters), series, now)
 
 
 @pytest.fixture(scope="session")
 def model_store(recent_demand: RecentDemand, tmp_path_factory: pytest.TempPathFactory) -> ModelStore:
-    """A persistence model trained on the demand up to an hour ago, on the 5-minute grid."""
+    """A seasonal-naive model on the 5-minute grid, trained on the day before yesterday's bump (so its
+    calibrated spread is the noise's); the bump reaches it through the recent history."""
     grid = recent_demand.series.resample(300)
-    cutoff = grid.index_at(datetime.now(UTC) - timedelta(hours=1))
+    cutoff = grid.index_at(recent_demand.started - timedelta(days=1) + BUMP_FROM)
     history = grid.slice(0, cutoff)
     history = Series(history.values, history.start, 300, name=MODEL)
     store = ModelStore(tmp_path_factory.mktemp("e2e-models"))
-    store.publish(MODEL, PersistenceForecaster().fit(history), series=MODEL, window=TrainingWindow.of(history))
+    store.publish(MODEL, SeasonalNaiveForecaster().fit(history), series=MODEL, window=TrainingWindow.of(history))
     return store
 
 
@@ -118,6 +129,15 @@ class ControllerProcess:
     log: Path
     metrics_port: int
     argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def restart(self) -> int:
+        """Stop the process (SIGTERM) and start a new one with the same arguments; the exit code."""
+        code = self.stop()
+        with open(self.log, "ab") as out:
+            out.write(b"---- restarted ----\n")
+            self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        return code
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -149,7 +169,7 @@ def start_controller(kubeconfig: Path, prometheus_url: str, store: ModelStore, l
     env.pop("KUBERNETES_SERVICE_HOST", None)
     with open(log, "ab") as out:
         popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    return ControllerProcess(popen, log, port, argv)
+    return ControllerProcess(popen, log, port, argv, env)
 
 
 @pytest.fixture(scope="session")

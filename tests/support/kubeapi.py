@@ -197,12 +197,19 @@ class KubeApiServer:
         path.write_text(kubeconfig_text(self.url, self.ca, token, f"system:serviceaccount:{namespace}:{name}"))
         return path
 
-    def can_i(self, kubeconfig: Path, verb: str, resource: str, namespace: str | None = None) -> bool:
-        args = ["auth", "can-i", verb, resource] + ([f"--namespace={namespace}"] if namespace else [])
-        done = self.kubectl(*args, kubeconfig=kubeconfig, check=False)
-        return done.stdout.strip() == "yes"
+    def can_i(self, token: str, verb: str, group: str, resource: str, namespace: str | None = None,
+              subresource: str = "") -> bool:
+        """A SelfSubjectAccessReview as the token's user: what `kubectl auth can-i` asks, answered by RBAC."""
+        attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource}
+        if namespace:
+            attributes["namespace"] = namespace
+        answer = self.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", token=token,
+                              body={"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                    "spec": {"resourceAttributes": attributes}})
+        assert answer.status_code == 201, answer.text
+        return bool(answer.json()["status"].get("allowed"))
 
-    def wait_for(self, what: str, predicate: Any, timeout: float = 30.0, interval: float = 0.25) -> Any:
+    def wait_for(self, what: str, predicate: Any, timeout: float = 90.0, interval: float = 0.25) -> Any:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -212,6 +219,17 @@ class KubeApiServer:
             time.sleep(interval)
         self.check_alive()
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+    def audit(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Audit events (one per request) so far, optionally only those of ``user``."""
+        events = []
+        with open(self.root / "audit.log", encoding="utf-8") as log:
+            for line in log:
+                if line.strip():
+                    event = json.loads(line)
+                    if user is None or (event.get("user") or {}).get("username") == user:
+                        events.append(event)
+        return events
 
     def check_alive(self) -> None:
         for p in self.processes:
@@ -252,6 +270,10 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
     t0 = time.perf_counter()
     root.mkdir(parents=True, exist_ok=True)
     pki = make_pki(root / "pki")
+    audit_policy = root / "audit-policy.yaml"
+    # Every request at Metadata level: who called what, and the answer's code (tests read it).
+    audit_policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                            "rules:\n  - level: Metadata\n")
     tokens = root / "tokens.csv"
     tokens.write_text(f'{ADMIN_TOKEN},e2e-admin,e2e-admin-uid,"system:masters"\n')
     processes: list[Process] = []
@@ -284,6 +306,8 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
             "--service-cluster-ip-range=10.96.0.0/16", "--endpoint-reconciler-type=none",
             f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
             "--enable-priority-and-fairness=true", "--profiling=false", "--v=1",
+            f"--audit-policy-file={audit_policy}", f"--audit-log-path={root / 'audit.log'}",
+            "--audit-log-mode=blocking",
         ], root))
         ca = pki["cert"]
         admin = root / "kubeconfig-admin"
