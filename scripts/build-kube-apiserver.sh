@@ -46,12 +46,29 @@ start=$(date +%s)
 src_dir="$cache_root/src"
 mkdir -p "$src_dir"
 dsc="$src_dir/kubernetes_${DEB_VERSION}.dsc"
+fetch_source() {
+  (cd "$src_dir" && apt-get source --download-only "kubernetes=$DEB_VERSION" "$@")
+}
 if [ ! -f "$dsc" ]; then
-  (cd "$src_dir" && apt-get source --download-only "kubernetes=$DEB_VERSION") \
-    || die "could not fetch the kubernetes source package: add a deb-src line for bookworm
-  (e.g. /etc/apt/sources.list.d/debian-src.sources with 'Types: deb-src', 'URIs: http://deb.debian.org/debian',
-  'Suites: bookworm', 'Components: main') and run apt-get update"
+  command -v apt-get >/dev/null || die "apt-get not found: the source comes from Debian bookworm's archive"
+  if ! fetch_source >/dev/null 2>&1; then
+    # No deb-src line in the system's apt sources: use a private one (the system's config is untouched).
+    echo "no bookworm deb-src line configured; fetching the source with a private apt source list" >&2
+    priv="$src_dir/apt"
+    mkdir -p "$priv/lists/partial" "$priv/archives/partial"
+    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    signed=""; [ -f "$keyring" ] && signed="[signed-by=$keyring] "
+    printf 'deb-src %shttp://deb.debian.org/debian bookworm main\n' "$signed" > "$priv/sources.list"
+    opts=(-o "Dir::Etc::SourceList=$priv/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
+          -o "Dir::State::Lists=$priv/lists" -o "Dir::Cache::Archives=$priv/archives"
+          -o "APT::Sandbox::User=root")
+    apt-get "${opts[@]}" update -qq >&2 \
+      || die "apt-get update with a bookworm deb-src line failed; add one to /etc/apt/sources.list.d
+  (Types: deb-src, URIs: http://deb.debian.org/debian, Suites: bookworm, Components: main) and run apt-get update"
+    fetch_source "${opts[@]}" >&2 || die "apt-get source kubernetes=$DEB_VERSION failed (see above)"
+  fi
 fi
+[ -f "$dsc" ] || die "the kubernetes source package was not downloaded to $src_dir"
 
 work="$dest/build"
 rm -rf "$work"
