@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-TRACES := ../shared/traces
+TRACES := backtests/traces
 
 # One BLAS thread per process: numpy's default of one per core made model
 # selection 5-10x slower on this 2-core machine (measured in the retrain bench).

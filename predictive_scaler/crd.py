@@ -28,7 +28,7 @@ from predictive_scaler.kube.manifests import (
 
 # The resource names are decided once, in kube/manifests.py (the adapter's source).
 __all__ = ["API_VERSION", "GROUP", "KIND", "PLACEHOLDER_PRIORITY_CLASS", "PLURAL", "VERSION",
-           "build_crd", "render_crd_yaml", "status_json_schema"]
+           "build_crd", "render_crd_yaml", "status_json_schema", "without_cel"]
 
 LIST_KIND = f"{KIND}List"
 SINGULAR = KIND.lower()
@@ -182,7 +182,13 @@ def status_json_schema() -> dict[str, Any]:
     }
 
 
-#: Columns of `kubectl get predictivescalers`.
+#: JSONPath of a condition's field, as KEDA's columns read theirs.
+def _condition(kind: str, field: str = "status") -> str:
+    return f'.status.conditions[?(@.type=="{kind}")].{field}'
+
+
+#: Columns of `kubectl get predictivescalers` (KEDA's convention: READY is the Ready
+#: condition, the replica count has its own name); priority 1 shows with `-o wide`.
 PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
     {"name": "Target", "type": "string", "jsonPath": ".spec.target.name",
      "description": "The scaled workload."},
@@ -190,20 +196,46 @@ PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
      "description": "forecast-only (reports only) or scale."},
     {"name": "Strategy", "type": "string", "jsonPath": ".status.strategy",
      "description": "predictive, reactive (fallback) or hold."},
-    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
-    {"name": "Ready", "type": "integer", "jsonPath": ".status.currentReplicas"},
+    {"name": "Ready", "type": "string", "jsonPath": _condition("Ready"),
+     "description": "The Ready condition: True once the scaler reconciles without error."},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas",
+     "description": "Replicas decided (applied in scale mode)."},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".status.currentReplicas",
+     "description": "Ready replicas of the target."},
     {"name": "Prewarm GPUs", "type": "integer", "jsonPath": ".status.placeholderGpus"},
     {"name": "Budget", "type": "integer", "jsonPath": ".status.budgetInUse.gpus",
      "description": "Speculative GPUs in use against the prewarm budget."},
+    {"name": "Quantile", "type": "number", "jsonPath": ".spec.quantile", "priority": 1,
+     "description": "The forecast quantile capacity is planned on."},
+    {"name": "Horizon", "type": "integer", "jsonPath": ".spec.horizonSeconds", "priority": 1,
+     "description": "Seconds ahead the forecast looks."},
+    {"name": "Model", "type": "string", "jsonPath": ".status.modelVersion", "priority": 1,
+     "description": "Version of the serving model."},
+    {"name": "Reason", "type": "string", "jsonPath": _condition("Ready", "reason"), "priority": 1,
+     "description": "Why Ready is what it is (one CamelCase word)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 )
 
+#: The schema keyword of CEL rules; API servers before 1.25 do not know it.
+CEL_KEY = "x-kubernetes-validations"
 
-def build_crd(spec_schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+
+def without_cel(node: Any) -> Any:
+    """A copy of a schema (or a whole CRD) with every CEL rule removed."""
+    if isinstance(node, dict):
+        return {k: without_cel(v) for k, v in node.items() if k != CEL_KEY}
+    if isinstance(node, list):
+        return [without_cel(v) for v in node]
+    return node
+
+
+def build_crd(spec_schema: Mapping[str, Any] | None = None, *, cel: bool = True) -> dict[str, Any]:
     """The apiextensions.k8s.io/v1 CRD of PredictiveScaler.
 
     ``spec_schema`` defaults to :func:`predictive_scaler.spec.spec_json_schema`;
-    pass one only to test this builder on its own.
+    pass one only to test this builder on its own. ``cel=False`` leaves out the
+    CEL rules (``x-kubernetes-validations``) for API servers older than 1.25,
+    which do not know them; the controller enforces the same rules either way.
     """
     if spec_schema is None:
         from predictive_scaler.spec import spec_json_schema
@@ -224,6 +256,8 @@ def build_crd(spec_schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
             "status": status_json_schema(),
         },
     }
+    if not cel:
+        root = without_cel(root)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -264,8 +298,15 @@ def render_crd_yaml(crd: Mapping[str, Any] | None = None) -> str:
     return _HEADER + body
 
 
-def main() -> int:
-    sys.stdout.write(render_crd_yaml())
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m predictive_scaler.crd",
+                                     description="Print the PredictiveScaler CRD (the one in deploy/base/crd.yaml).")
+    parser.add_argument("--no-cel", action="store_true",
+                        help="leave out the CEL validation rules, for API servers older than 1.25")
+    args = parser.parse_args(argv)
+    sys.stdout.write(render_crd_yaml(build_crd(cel=not args.no_cel)))
     return 0
 
 

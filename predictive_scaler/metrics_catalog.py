@@ -28,6 +28,9 @@ CATALOG: tuple[MetricDef, ...] = (
     MetricDef("predictive_scaler_forecast_demand", "gauge",
               "Forecast demand (the scaler's demand unit) at the end of the horizon, by quantile.",
               SCALER_LABELS + ("quantile",)),
+    MetricDef("predictive_scaler_forecast_horizon_seconds", "gauge",
+              "How far ahead of its issue time forecast_demand looks (the forecast's horizon); the dashboard "
+              "shifts the forecast by it to line it up with the demand it predicted."),
     MetricDef("predictive_scaler_observed_demand", "gauge",
               "Latest valid observed demand (the scaler's demand unit)."),
     MetricDef("predictive_scaler_forecast_coverage", "gauge",

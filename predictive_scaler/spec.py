@@ -7,7 +7,9 @@ bounds and allowed values. From those fields come, with no hand-kept copy:
   ``field`` is the camelCase path of the offending setting (``spec.minReplicas``);
 - :meth:`ScalerSpec.from_dict` / :meth:`ScalerSpec.to_dict` for the camelCase
   shape of the custom resource's ``spec`` (also used by backtest scenarios);
-- :func:`spec_json_schema`, the structural OpenAPI v3 schema of the CRD.
+- :func:`spec_json_schema`, the structural OpenAPI v3 schema of the CRD, with
+  each section's cross-field rules in CEL (``_cel``, beside its ``_check``) so
+  the API server refuses what the controller would.
 
 Durations are whole seconds (``…Seconds``), as in the HPA's own API.
 Budget problems raise :class:`BudgetError` (a ConfigError); the planner also
@@ -86,11 +88,27 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+@dataclass(frozen=True)
+class CelRule:
+    """A section's cross-field rule in CEL, for the CRD's ``x-kubernetes-validations``.
+
+    The API server (1.25+) evaluates ``rule`` with ``self`` bound to the section's
+    object after defaulting, so a bad spec is refused before it is stored; the
+    section's ``_check`` enforces the same rule in Python (servers without CEL,
+    backtest scenarios). tests/test_crd_validation.py runs both on the same specs.
+    """
+
+    rule: str
+    message: str
+
+
 class _Settings:
     """Mixin: validates every field from its type and metadata, then runs ``_check``."""
 
     #: Error type raised for this section's problems (the budget uses BudgetError).
     _error: ClassVar[type[ConfigError]] = ConfigError
+    #: ``_check``'s rules in CEL (the CRD's copy of them); every ``_check`` needs some.
+    _cel: ClassVar[tuple[CelRule, ...]] = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
@@ -214,6 +232,9 @@ class DemandSignal(_Settings):
         "quantile of (demand at the control period ÷ its model-step mean), e.g. `predictive-scaler backtest` "
         "estimates it from the training window. 1 = no allowance. Default: 1.", minimum=1, maximum=10))
 
+    _cel = (CelRule("self.kind != 'requests' || has(self.query)",
+                    "query is required when demand.kind is 'requests'; give the PromQL request-rate query"),)
+
     def _check(self) -> None:
         if self.kind == "requests" and self.query is None:
             self._fail("query", "is required when demand.kind is 'requests'; give the PromQL request-rate query, "
@@ -238,6 +259,9 @@ class LeadTimes(_Settings):
     node_start_seconds: int = field(default=400, metadata=_m(
         "Time to a ready replica on a cold node: node provisioning (45-60 s Karpenter, 3-5 min Cluster "
         "Autoscaler) + image pull (3-8 min for 5-15 GB) + model load. Default: 400.", minimum=0, maximum=7200))
+
+    _cel = (CelRule("self.nodeStartSeconds >= self.podStartSeconds",
+                    "nodeStartSeconds is shorter than podStartSeconds; a cold node cannot be faster than a warm one"),)
 
     def _check(self) -> None:
         if self.node_start_seconds < self.pod_start_seconds:
@@ -264,6 +288,9 @@ class ReactiveBehavior(_Settings):
         "Scale-down policy: remove at most this percentage of the replicas per period. Default: 100.", minimum=0, maximum=100))
     scale_down_period_seconds: int = field(default=15, metadata=_m(
         "Period of the scale-down policy. Default: 15.", minimum=1, maximum=1800))
+
+    _cel = (CelRule("self.scaleUpPercent > 0 || self.scaleUpPods > 0",
+                    "scaleUpPercent and scaleUpPods are both 0, so the workload could never scale up"),)
 
     def _check(self) -> None:
         if self.scale_up_percent == 0 and self.scale_up_pods == 0:
@@ -298,6 +325,9 @@ class DriftSettings(_Settings):
         "After drift, return to predictive only once the forecast has been good this long (hysteresis). Default: 900.",
         minimum=0, maximum=86400))
 
+    _cel = (CelRule("self.minWindowPeriods <= self.windowPeriods",
+                    "minWindowPeriods exceeds windowPeriods; lower it or enlarge the window"),)
+
     def _check(self) -> None:
         if self.min_window_periods > self.window_periods:
             self._fail("min_window_periods", f"({self.min_window_periods}) exceeds windowPeriods "
@@ -316,6 +346,9 @@ class Budget(_Settings):
     price_per_gpu_hour: float | None = field(default=None, metadata=_m(
         "Price of one GPU-hour, for cost limits and reports.", minimum=0))
     currency: str = field(default="USD", metadata=_m("Currency of the prices. Default: USD.", min_length=1))
+
+    _cel = (CelRule("!has(self.maxCostPerHour) || has(self.pricePerGpuHour)",
+                    "pricePerGpuHour is required when maxCostPerHour is set"),)
 
     def _check(self) -> None:
         if self.max_cost_per_hour is not None and self.price_per_gpu_hour is None:
@@ -398,6 +431,18 @@ class ScalerSpec(_Settings):
     mode: Mode = field(default="forecast-only", metadata=_m(
         "'forecast-only' computes and reports but touches nothing (the safe way to try it); 'scale' acts. "
         "Default: forecast-only."))
+
+    _cel = (
+        CelRule("self.minReplicas <= self.maxReplicas",
+                "minReplicas is greater than maxReplicas; lower minReplicas or raise maxReplicas"),
+        CelRule("self.demand.kind != 'requests' || (has(self.capacity) && has(self.capacity.requestsPerReplica))",
+                "capacity.requestsPerReplica is required when demand.kind is 'requests'"),
+        CelRule("!has(self.prewarm) || !self.prewarm.enabled || self.gpusPerReplica <= self.prewarm.gpusPerNode",
+                "gpusPerReplica exceeds prewarm.gpusPerNode; a replica must fit on one node"),
+        # An absent model section is the default one (and its default step).
+        CelRule(f"self.horizonSeconds % (has(self.model) ? self.model.stepSeconds : {DEFAULT_MODEL_STEP}) == 0",
+                "horizonSeconds is not a multiple of model.stepSeconds"),
+    )
 
     def _check(self) -> None:
         if self.min_replicas > self.max_replicas:
@@ -528,6 +573,9 @@ def _schema_of(cls: Any) -> dict[str, Any]:
         schema["description"] = cls.__doc__.strip().splitlines()[0]
     if required:
         schema["required"] = required
+    rules: tuple[CelRule, ...] = getattr(cls, "_cel", ())
+    if rules:
+        schema["x-kubernetes-validations"] = [{"rule": r.rule, "message": r.message} for r in rules]
     return schema
 
 

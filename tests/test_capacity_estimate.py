@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from support.standins import gpu_service_day
 
 from predictive_scaler.capacity_estimate import estimate_capacity, summarise_idle
 from predictive_scaler.errors import DataError
-from predictive_scaler.series import Series, load_trace
+from predictive_scaler.series import Series
 
 STEP = 300
 START = pd.Timestamp("2026-01-05", tz="UTC")
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
 
 
 def series(values: np.ndarray, start: pd.Timestamp = START) -> Series:
@@ -92,10 +90,11 @@ def test_unusable_pairs_are_refused_with_the_reason(mutate, message: str) -> Non
 
 
 def test_the_real_one_day_pairing_gives_a_finite_estimate() -> None:
-    """Alibaba GenAI: gateway QPS (10 min) with mean GPU duty cycle and busy pods (1 min)."""
-    qps = load_trace(TRACES / "alibaba_genai_qps.csv", min_history=None)
-    util = load_trace(TRACES / "alibaba_genai_gpu_util_mean.csv", min_history=None).resample(qps.step_seconds)
-    pods = load_trace(TRACES / "alibaba_genai_gpu_busy_pods.csv", min_history=None).resample(qps.step_seconds)
+    """The Alibaba GenAI shape (not redistributable, so a generated stand-in): gateway QPS (10 min)
+    with mean GPU duty cycle and busy pods (1 min)."""
+    qps, util_1m, pods_1m = gpu_service_day()
+    util = util_1m.resample(qps.step_seconds)
+    pods = pods_1m.resample(qps.step_seconds)
     busy = Series(values=util.values / 100 * pods.values, start=util.start, step_seconds=util.step_seconds)
     est = estimate_capacity(qps, busy, mean_utilisation=util, utilization_target=0.7, min_steps=24)
     assert np.isfinite(est.requests_per_replica) and est.low < est.requests_per_replica < est.high

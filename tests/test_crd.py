@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,11 +80,15 @@ def structural_problems(node: dict[str, Any], path: str = "") -> list[str]:
 
 
 def schema_at(root: dict[str, Any], json_path: str) -> dict[str, Any] | None:
+    """The schema node a printer column's JSONPath reads (a ``[?(…)]`` filter steps into items)."""
     node: dict[str, Any] | None = root
-    for part in json_path.strip(".").split("."):
+    for part in re.sub(r"\[\?\(.*?\)\]", "[]", json_path).strip(".").split("."):
+        name, filtered = part.removesuffix("[]"), part.endswith("[]")
         if node is None:
             return None
-        node = node.get("properties", {}).get(part)
+        node = node.get("properties", {}).get(name)
+        if filtered and node is not None:
+            node = node.get("items")
     return node
 
 
@@ -152,8 +159,48 @@ def test_printer_column_points_at_a_schema_field_of_its_type(built, column):
 
 
 def test_printer_columns_are_the_agreed_ones(built):
-    assert [c["name"] for c in _version(built)["additionalPrinterColumns"]] == [
-        "Target", "Mode", "Strategy", "Desired", "Ready", "Prewarm GPUs", "Budget", "Age"]
+    columns = _version(built)["additionalPrinterColumns"]
+    assert [c["name"] for c in columns if not c.get("priority")] == [
+        "Target", "Mode", "Strategy", "Ready", "Desired", "Replicas", "Prewarm GPUs", "Budget", "Age"]
+    # `kubectl get pscaler -o wide` adds these.
+    assert [c["name"] for c in columns if c.get("priority", 0) >= 1] == ["Quantile", "Horizon", "Model", "Reason"]
+    ready = next(c for c in columns if c["name"] == "Ready")
+    assert ready["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status', "READY is the condition, as in KEDA"
+
+
+SAMPLE_STATUS: dict[str, Any] = {
+    "strategy": "predictive", "desiredReplicas": 6, "currentReplicas": 4, "placeholderGpus": 8,
+    "budgetInUse": {"gpus": 3}, "modelVersion": "v7",
+    "conditions": [
+        {"type": "Predictive", "status": "True", "reason": "Forecasting"},
+        {"type": "Ready", "status": "False", "reason": "ScalingLimited"},
+        {"type": "Drift", "status": "False", "reason": "WithinBand"},
+    ],
+}
+# What each column must show for SAMPLE_STATUS (and the spec below).
+EXPECTED_CELLS = {"Target": "llm", "Mode": "scale", "Strategy": "predictive", "Ready": "False", "Desired": "6",
+                  "Replicas": "4", "Prewarm GPUs": "8", "Budget": "3", "Quantile": "0.9", "Horizon": "3600",
+                  "Model": "v7", "Reason": "ScalingLimited", "Age": "2026-01-02T03:04:05Z"}
+
+
+@pytest.mark.parametrize("column", crd.PRINTER_COLUMNS, ids=[c["name"] for c in crd.PRINTER_COLUMNS])
+def test_printer_column_shows_the_sample_status(tmp_path, column):
+    # kubectl's own JSONPath engine (client-go's, the one the API server's table printer uses),
+    # run on a local file: no cluster is contacted.
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is required (it evaluates the printer columns' JSONPaths)"
+    sample = {"apiVersion": crd.API_VERSION, "kind": crd.KIND,
+              "metadata": {"name": "llm", "namespace": "ml", "creationTimestamp": "2026-01-02T03:04:05Z"},
+              "spec": {"target": {"name": "llm"}, "demand": {"kind": "dcgm-busy-gpus"}, "mode": "scale",
+                       "quantile": 0.9, "horizonSeconds": 3600},
+              "status": SAMPLE_STATUS}
+    path = tmp_path / "sample.yaml"
+    path.write_text(yaml.safe_dump(sample))
+    done = subprocess.run([kubectl, "annotate", "--local", "-f", str(path), "--kubeconfig", os.devnull,
+                           "checked=yes", "-o", "jsonpath={" + column["jsonPath"] + "}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == EXPECTED_CELLS[column["name"]]
 
 
 def test_committed_yaml_is_the_generated_one():

@@ -1,6 +1,6 @@
 """Benchmark: every trace of 14 days or more, all policies, one summary.
 
-    python -m predictive_scaler.bench.backtest --traces ../shared/traces --out backtests/results/summary.md
+    python -m predictive_scaler.bench.backtest --traces backtests/traces --out backtests/results/summary.md
 
 Each trace runs the default scenario (training 14 days, 7 for traces shorter
 than 21 days), walking forward over at most ``--max-evaluation`` (42 days: the
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from predictive_scaler.series import format_duration, load_trace, parse_duration
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", type=Path, default=Path("../shared/traces"))
+    parser.add_argument("--traces", type=Path, default=Path("backtests/traces"))
     parser.add_argument("--out", type=Path, default=Path("backtests/results/summary.md"))
     parser.add_argument("--scenario", type=Path, default=None)
     parser.add_argument("--max-evaluation", default="42d")

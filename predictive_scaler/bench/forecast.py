@@ -1,6 +1,6 @@
 """Forecasting benchmark: walk-forward scores of every model on every long-enough shared trace.
 
-    python -m predictive_scaler.bench.forecast --traces ../shared/traces --out backtests/results/forecast.md
+    python -m predictive_scaler.bench.forecast --traces backtests/traces --out backtests/results/forecast.md
 
 Traces of 14 days or more are evaluated (those shorter than 15 days with a
 7-day initial training window, since 14 days would leave nothing to score).
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         given = sys.argv[1:] if argv is None else argv
         os.execve(sys.executable, [sys.executable, "-m", "predictive_scaler.bench.forecast", *given], env)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--traces", default="../shared/traces", help="directory of timestamp,value CSVs")
+    parser.add_argument("--traces", default="backtests/traces", help="directory of timestamp,value CSVs")
     parser.add_argument("--out", default="backtests/results/forecast.md", help="Markdown report to write")
     parser.add_argument("--models", default=",".join(FORECASTER_KINDS), help="comma-separated model kinds")
     parser.add_argument("--only", default="", help="comma-separated trace names (default: all long enough)")

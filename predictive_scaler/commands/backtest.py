@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from predictive_scaler.series import Series
 
 #: The bundled trace `make demo` runs on.
-BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "backtests" / "nasa_http_1995.csv"
+BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "backtests" / "traces" / "nasa_http_1995.csv"
 #: History pulled by default with --prometheus: the 14 days the models need plus a week to evaluate.
 DEFAULT_HISTORY_DAYS = 21.0
 #: Share of missing steps accepted in a pulled history (the retraining job's default).

@@ -171,6 +171,7 @@ class Telemetry:
                     except Exception:  # noqa: BLE001 — a quantile the model did not produce is skipped
                         continue
                 m("predictive_scaler_last_forecast_timestamp_seconds").labels(*labels).set(f.issued_at.timestamp())
+                m("predictive_scaler_forecast_horizon_seconds").labels(*labels).set(f.horizon_steps * f.step_seconds)
             if d.demand is not None:
                 m("predictive_scaler_observed_demand").labels(*labels).set(d.demand)
             track.quality.observe(f, d.demand, now_s)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import textwrap
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 from predictive_scaler.metrics_catalog import exported_series_names
+from predictive_scaler.spec import ScalerSpec
 
 from .promql import metric_names
 from .support import DEPLOY
@@ -43,10 +46,16 @@ def _dashboard_exprs() -> list[tuple[str, str]]:
     exprs = [(f"panel {p['title']!r}", t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
     for var in dashboard["templating"]["list"]:
         if var["type"] == "query":
-            query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
-            inner = query.removeprefix("label_values(").rsplit(",", 1)[0]
-            exprs.append((f"variable {var['name']!r}", inner))
+            exprs.append((f"variable {var['name']!r}", _variable_promql(var)))
     return exprs
+
+
+def _variable_promql(var: dict[str, Any]) -> str:
+    """The PromQL inside a Grafana query variable (label_values(expr, label) or query_result(expr))."""
+    query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+    if query.startswith("query_result("):
+        return query.removeprefix("query_result(").removesuffix(")")
+    return query.removeprefix("label_values(").rsplit(",", 1)[0]
 
 
 def _write_rule_file(tmp_path: Path, *, annotations: bool = True) -> Path:
@@ -209,3 +218,87 @@ def test_dashboard_shows_what_the_issue_asks():
     assert len(ids) == len(set(ids)), "duplicate panel ids"
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+# --- the forecast band follows the scaler's horizon ----------------------------------------
+
+def _dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD_FILE.read_text())
+
+
+def _horizon_variable() -> dict[str, Any]:
+    (var,) = [v for v in _dashboard()["templating"]["list"] if v["name"] == "horizon"]
+    return var
+
+
+def _band_targets() -> list[dict[str, Any]]:
+    (panel,) = [p for p in _dashboard()["panels"] if p["title"].startswith("Forecast band")]
+    return [t for t in panel["targets"] if "predictive_scaler_forecast_demand" in t["expr"]]
+
+
+def test_no_panel_hard_codes_a_horizon():
+    for where, expr in _dashboard_exprs():
+        assert not re.search(r"\boffset\s+[0-9]", expr), f"{where}: a fixed offset in {expr!r}"
+    targets = _band_targets()
+    assert len(targets) == 2
+    for target in targets:
+        assert target["expr"].endswith("offset ${horizon}s"), target["expr"]
+
+
+def test_the_horizon_variable_reads_the_exported_horizon():
+    var = _horizon_variable()
+    assert var["hide"] == 2, "an internal variable: not a choice for the user"
+    assert metric_names(_variable_promql(var)) == {"predictive_scaler_forecast_horizon_seconds"}
+    # Before the first forecast: the spec's default horizon (so the panel still parses).
+    default = next(f.default for f in dataclasses.fields(ScalerSpec) if f.name == "horizon_seconds")
+    assert f"vector({default})" in _variable_promql(var)
+
+
+def test_the_variable_regex_takes_the_value_out_of_grafanas_query_result_text():
+    # Grafana's query_result lists each sample as '<name>{<labels>} <value> <timestamp in ms>'.
+    regex = _horizon_variable()["regex"]
+    assert regex.startswith("/") and regex.endswith("/")
+    pattern = re.compile(regex[1:-1])
+    assert pattern.search("{} 3600 1764590400000").group(1) == "3600"
+    assert pattern.search('{scaler="x"} 3600 1764590400000') is None
+
+
+def test_the_telemetry_exports_the_horizon_the_panel_uses():
+    assert "predictive_scaler_forecast_horizon_seconds" in exported_series_names()
+
+
+def _substituted(expr: str, horizon: str = "3600") -> str:
+    return (expr.replace("$namespace", "ml").replace("$scaler", "llm").replace("${horizon}", horizon))
+
+
+def test_promtool_runs_the_variable_and_the_band_on_series(tmp_path):
+    # The variable's PromQL gives the exported horizon (or the default without one), and the
+    # band shifted by it shows at t + horizon the forecast gauge's value at t.
+    var = _substituted(_variable_promql(_horizon_variable()))
+    p50, upper = (_substituted(t["expr"]) for t in _band_targets())
+    (tmp_path / "rules.yaml").write_text("groups: []\n")
+    tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m",
+         "input_series": [
+             {"series": 'predictive_scaler_forecast_horizon_seconds{namespace="ml", scaler="llm"}', "values": "3600x120"},
+             {"series": 'predictive_scaler_forecast_demand{namespace="ml", scaler="llm", quantile="0.5"}',
+              "values": "0+1x120"},
+             {"series": 'predictive_scaler_forecast_demand{namespace="ml", scaler="llm", quantile="0.95"}',
+              "values": "10+1x120"}],
+         "promql_expr_test": [
+             {"expr": var, "eval_time": "90m", "exp_samples": [{"labels": "{}", "value": 3600}]},
+             {"expr": p50, "eval_time": "90m", "exp_samples": [
+                 {"labels": 'predictive_scaler_forecast_demand{namespace="ml", scaler="llm", quantile="0.5"}',
+                  "value": 30}]},
+             {"expr": upper, "eval_time": "90m", "exp_samples": [
+                 {"labels": 'predictive_scaler_forecast_demand{namespace="ml", scaler="llm", quantile="0.95"}',
+                  "value": 40}]}]},
+        {"interval": "1m",
+         "input_series": [{"series": 'predictive_scaler_forecast_horizon_seconds{namespace="ml", scaler="other"}',
+                           "values": "600x10"}],
+         "promql_expr_test": [{"expr": var, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1800}]}]},
+    ]}
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    done = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_bundled_nasa_model_verifies_and_forecasts() -> None:
     loaded = ModelStore(REPO / "models").serving("nasa_http_1995", expected_series="nasa_http_1995")
-    trace = load_trace(REPO / "backtests" / "nasa_http_1995.csv").resample(loaded.model.step_seconds)
+    trace = load_trace(REPO / "backtests" / "traces" / "nasa_http_1995.csv").resample(loaded.model.step_seconds)
     forecast = loaded.model.forecast(trace.tail(7 * 288), 6, (0.5, 0.95))
     p50, p95 = forecast.quantile(0.5), forecast.quantile(0.95)
     assert np.all(np.isfinite(p95)) and np.all(p95 > p50) and np.all(p50 > 0)

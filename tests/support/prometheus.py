@@ -172,7 +172,7 @@ def _wait_ready(server: PrometheusServer) -> None:
 
 # -- the shared backfilled history ---------------------------------------------------------------
 #: The trace every metrics test reads: 14 days of MongoDB query rate (per second, 1-min step).
-STANDARD_TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "ms_mongodb_machine01_rps.csv"
+STANDARD_TRACE = Path(__file__).resolve().parents[2] / "backtests" / "traces" / "ms_mongodb_machine01_rps.csv"
 
 
 @dataclass(frozen=True)

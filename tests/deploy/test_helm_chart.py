@@ -1,0 +1,294 @@
+"""The Helm chart: Helm's own linter and renderer, offline, and the same objects as kustomize.
+
+Helm runs in-process through ``helm-python-sdk`` (PyPI), which bundles the Helm
+v4 Go library (``libhelm_c``): ``helm lint`` and ``helm template`` without a
+helm binary, a cluster or the network. The default render must equal
+``kubectl kustomize deploy/overlays/default`` object for object, and the render
+with the three Prometheus Operator extras on must equal the
+``prometheus-operator`` overlay, apart from the differences named in
+``INTENDED_DIFFERENCES``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from predictive_scaler import crd
+
+from .support import DEPLOY, OVERLAYS, find, one, pod_specs, render
+from .test_manifests import K8S_VERSION, MONITORING_SCHEMAS
+
+CHART = DEPLOY / "helm" / "predictive-scaler"
+RELEASE = "predictive-scaler"
+EXTRAS_ON: dict[str, Any] = {"prometheusOperator": {
+    "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}
+
+#: Where the chart's render differs from kustomize's on purpose (normalised away below).
+INTENDED_DIFFERENCES = {
+    "managed-by": "app.kubernetes.io/managed-by is Helm (kustomize's base sets kustomize)",
+    "chart-label": "every templated object carries helm.sh/chart: predictive-scaler-<version>",
+    "crd-labels": "the CRD comes from crds/ as generated, so it has no managed-by label (Helm never templates crds/)",
+    "part-of-everywhere": "the ServiceMonitor and PrometheusRule carry app.kubernetes.io/part-of too, like every "
+                          "other object (the overlay's two files, outside the base, lack it)",
+    "settings-checksum": "the controller's pod template has a checksum/settings annotation, so a `helm upgrade` "
+                         "that changes a setting restarts the controller (it reads them at start)",
+}
+#: Files the chart reads from the kustomize tree (symlinks, so there is one copy of each).
+LINKED = {
+    "crds/crd.yaml": DEPLOY / "base" / "crd.yaml",
+    "files/rbac-controller.yaml": DEPLOY / "base" / "rbac-controller.yaml",
+    "files/rbac-retrain.yaml": DEPLOY / "base" / "rbac-retrain.yaml",
+    "files/prometheusrule.yaml": DEPLOY / "overlays" / "prometheus-operator" / "prometheusrule.yaml",
+    "files/predictive-scaler.json": DEPLOY / "dashboards" / "predictive-scaler.json",
+}
+
+
+def helm_render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What `helm install predictive-scaler deploy/helm/predictive-scaler` would send: CRDs, then templates."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values=values, name=RELEASE, namespace="default", is_install=True)
+        crds = chart.crds
+    objs = [yaml.safe_load(c["data"]) for c in crds]
+    for path in sorted(manifests):
+        if not path.endswith("NOTES.txt"):
+            objs += [d for d in yaml.safe_load_all(manifests[path]) if d]
+    return objs
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _normalised(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    labels = out["metadata"].get("labels", {})
+    labels.pop("app.kubernetes.io/managed-by", None)  # managed-by
+    labels.pop("helm.sh/chart", None)  # chart-label
+    if out["apiVersion"].startswith("monitoring.coreos.com/"):
+        labels.pop("app.kubernetes.io/part-of", None)  # part-of-everywhere
+    if out["kind"] == "Deployment":  # settings-checksum
+        meta = out["spec"]["template"]["metadata"]
+        meta.get("annotations", {}).pop("checksum/settings", None)
+        if meta.get("annotations") == {}:
+            del meta["annotations"]
+    return out
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
+    return "\n".join(difflib.unified_diff(yaml.safe_dump(a).splitlines(), yaml.safe_dump(b).splitlines(),
+                                          "kustomize", "helm", lineterm=""))
+
+
+def _validate(obj: dict[str, Any]) -> None:
+    if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+        jsonschema.Draft202012Validator(MONITORING_SCHEMAS[obj["kind"]]).validate(obj)
+    else:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+RENDERS = {"default": None, "prometheus-operator": EXTRAS_ON}
+
+
+@pytest.mark.parametrize("overlay", RENDERS, ids=list(RENDERS))
+def test_helm_renders_the_kustomize_install(overlay):
+    ours = {_key(o): o for o in helm_render(RENDERS[overlay])}
+    theirs = {_key(o): o for o in render(OVERLAYS[overlay])}
+    assert sorted(ours) == sorted(theirs), (
+        f"only in helm: {sorted(set(ours) - set(theirs))}; only in kustomize: {sorted(set(theirs) - set(ours))}")
+    drift = {key: _diff(_normalised(theirs[key]), _normalised(ours[key])) for key in theirs
+             if _normalised(theirs[key]) != _normalised(ours[key])}
+    assert not drift, "the chart differs from deploy/ (mirror the change in deploy/helm/):\n" + "\n".join(
+        f"--- {key}\n{d}" for key, d in drift.items())
+
+
+@pytest.mark.parametrize("overlay", RENDERS, ids=list(RENDERS))
+def test_the_only_label_differences_are_the_intended_ones(overlay):
+    for obj in helm_render(RENDERS[overlay]):
+        labels = obj["metadata"].get("labels", {})
+        if obj["kind"] == "CustomResourceDefinition":  # crd-labels
+            assert "app.kubernetes.io/managed-by" not in labels and "helm.sh/chart" not in labels
+        else:
+            assert labels["app.kubernetes.io/managed-by"] == "Helm", _key(obj)
+            assert labels["helm.sh/chart"] == "predictive-scaler-0.1.0", _key(obj)
+            assert labels["app.kubernetes.io/part-of"] == "predictive-scaler", _key(obj)
+    deployment = one(helm_render(RENDERS[overlay]), "Deployment", "predictive-scaler-controller")
+    assert len(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]) == 64
+
+
+def test_the_settings_checksum_follows_the_settings():
+    def checksum(values: dict[str, Any] | None) -> str:
+        deployment = one(helm_render(values), "Deployment", "predictive-scaler-controller")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]
+
+    assert checksum(None) == checksum({"image": {"tag": "0.1.1"}})
+    assert checksum(None) != checksum({"prometheus": {"url": "http://prom.obs.svc:9090"}})
+
+
+EXTRA_VALUES = [
+    ("image", {"image": {"repository": "registry.example/ps", "tag": "1.2.3", "pullPolicy": "Always"}}),
+    ("prometheus", {"prometheus": {"url": "http://prom.obs.svc:9090", "namespace": "obs"}}),
+    ("cluster-budget", {"clusterBudget": {"gpus": 16, "costPerHour": "40"}}),
+    ("schedule", {"retrain": {"schedule": "30 2 * * 1", "timeZone": "Europe/Paris"}}),
+    ("namespace", {"namespace": {"name": "autoscaling"}}),
+    ("no-namespace", {"namespace": {"create": False}}),
+    ("resources", {"controller": {"resources": {"requests": {"cpu": "200m", "memory": "512Mi"}}},
+                   "retrain": {"resources": {"limits": {"cpu": "4", "memory": "8Gi"}}}}),
+    ("model-store", {"modelStore": {"size": "10Gi", "storageClassName": "fast"}}),
+    ("extras-on", EXTRAS_ON),
+    ("release-label", {"prometheusOperator": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}}),
+]
+
+
+@pytest.mark.parametrize("values", [v for _, v in EXTRA_VALUES], ids=[i for i, _ in EXTRA_VALUES])
+def test_every_object_of_every_render_validates_strictly(values):
+    objs = helm_render(values)
+    assert len({_key(o) for o in objs}) == len(objs), "duplicate objects"
+    for obj in objs:
+        _validate(obj)
+
+
+def _container(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    ((_, pod),) = [(n, p) for n, p in pod_specs(objs) if one(objs, kind)["metadata"]["name"] == n]
+    return pod["containers"][0]
+
+
+def test_values_land_where_the_readme_says():
+    objs = helm_render({
+        "image": {"repository": "registry.example/ps", "tag": "1.2.3"},
+        "prometheus": {"url": "http://prom.obs.svc:9090", "namespace": "obs"},
+        "clusterBudget": {"gpus": 16, "costPerHour": "40"},
+        "retrain": {"schedule": "30 2 * * 1", "resources": {"limits": {"cpu": "4", "memory": "8Gi"}}},
+        "controller": {"reconcileIntervalSeconds": 30, "resources": {"requests": {"cpu": "200m", "memory": "512Mi"}}},
+        "modelStore": {"size": "10Gi", "storageClassName": "fast"},
+        "namespace": {"name": "autoscaling"},
+    })
+    settings = one(objs, "ConfigMap", "predictive-scaler-settings")["data"]
+    assert settings["PREDICTIVE_SCALER_PROMETHEUS_URL"] == "http://prom.obs.svc:9090"
+    assert settings["PREDICTIVE_SCALER_PROMETHEUS_NAMESPACE"] == "obs"
+    assert settings["PREDICTIVE_SCALER_CLUSTER_BUDGET_GPUS"] == "16"
+    assert settings["PREDICTIVE_SCALER_CLUSTER_BUDGET_COST_PER_HOUR"] == "40"
+    assert settings["PREDICTIVE_SCALER_RECONCILE_INTERVAL_SECONDS"] == "30"
+    policy = one(objs, "NetworkPolicy", "predictive-scaler")["spec"]
+    assert policy["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "obs"}
+    assert policy["egress"][1]["to"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "obs"}
+    for kind in ("Deployment", "CronJob"):
+        assert _container(objs, kind)["image"] == "registry.example/ps:1.2.3"
+    assert _container(objs, "Deployment")["resources"] == {"requests": {"cpu": "200m", "memory": "512Mi"},
+                                                           "limits": {"cpu": "1", "memory": "768Mi"}}
+    assert _container(objs, "CronJob")["resources"]["limits"] == {"cpu": "4", "memory": "8Gi"}
+    assert one(objs, "CronJob")["spec"]["schedule"] == "30 2 * * 1"
+    pvc = one(objs, "PersistentVolumeClaim")["spec"]
+    assert (pvc["resources"]["requests"]["storage"], pvc["storageClassName"]) == ("10Gi", "fast")
+    namespaced = [o for o in objs if o["kind"] not in (
+        "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass")]
+    assert {o["metadata"]["namespace"] for o in namespaced} == {"autoscaling"}
+    assert one(objs, "Namespace")["metadata"]["name"] == "autoscaling"
+    for binding in find(objs, "ClusterRoleBinding"):
+        assert binding["subjects"][0]["namespace"] == "autoscaling"
+
+
+def test_image_tag_defaults_to_the_app_version():
+    with helm.Chart.load(CHART) as chart:
+        app_version = chart.metadata["appVersion"]
+    assert _container(helm_render(), "Deployment")["image"].endswith(f":{app_version}")
+
+
+def test_namespace_can_be_left_to_helm():
+    assert not find(helm_render({"namespace": {"create": False}}), "Namespace")
+
+
+def test_the_extras_are_off_by_default_and_each_switches_alone():
+    assert not [o for o in helm_render() if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    for extra, kind in (("serviceMonitor", "ServiceMonitor"), ("prometheusRule", "PrometheusRule"),
+                        ("dashboard", "ConfigMap")):
+        objs = helm_render({"prometheusOperator": {extra: {"enabled": True}}})
+        added = {_key(o) for o in objs} - {_key(o) for o in helm_render()}
+        assert [k[0] for k in added] == [kind], extra
+
+
+@pytest.mark.parametrize("values, complaint", [
+    ({"prometheus": {"ulr": "http://x:9090"}}, "ulr"),
+    ({"retrain": {"schedule": 5}}, "schedule"),
+    ({"namespace": {"name": "Not_A_Name"}}, "namespace"),
+    ({"prometheusOperator": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
+], ids=["typo", "schedule-not-text", "bad-namespace", "bad-duration"])
+def test_the_values_schema_refuses_mistakes(values, complaint):
+    with pytest.raises(helm.HelmValuesError) as info:
+        helm_render(values)
+    assert complaint in str(info.value)
+
+
+@pytest.mark.parametrize("values", [None, EXTRAS_ON], ids=["default", "extras-on"])
+def test_helm_lint_passes_strictly(values):
+    report = helm.lint(CHART, values, strict=True, kube_version="v1.27.0", namespace="default")
+    assert report["errors"] == [], report
+    assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
+
+
+def test_helm_lint_catches_a_broken_chart(tmp_path):
+    # Guards the check above: the linter really renders and checks the templates.
+    broken = tmp_path / "predictive-scaler"
+    broken.mkdir()
+    (broken / "Chart.yaml").write_text((CHART / "Chart.yaml").read_text())
+    (broken / "templates").mkdir()
+    (broken / "templates" / "x.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Values.nope.x }}\n")
+    report = helm.lint(broken, None, strict=True)
+    assert report["errors"], report
+
+
+@pytest.mark.parametrize("inside", LINKED, ids=list(LINKED))
+def test_the_chart_links_the_one_copy(inside):
+    # One source: crds/ and files/ are symlinks into deploy/, and Helm's loader reads through them.
+    link = CHART / inside
+    assert link.is_symlink(), f"{inside} must be a symlink to {LINKED[inside].relative_to(DEPLOY)}"
+    assert link.resolve() == LINKED[inside].resolve()
+    assert not os.path.isabs(os.readlink(link)), "relative, so it works in any clone"
+    with helm.Chart.load(CHART) as chart:
+        if inside.startswith("crds/"):
+            loaded = next(c["data"] for c in chart.crds if c["name"] == inside)
+        else:
+            loaded = next(f["data"] for f in chart.files if f["name"] == inside)
+    assert loaded == LINKED[inside].read_text()
+
+
+def test_the_chart_crd_is_the_generated_one():
+    with helm.Chart.load(CHART) as chart:
+        (only,) = chart.crds
+    assert only["data"] == crd.render_crd_yaml(), "run `make crd` (deploy/base/crd.yaml, which crds/ links to)"
+
+
+def test_the_dashboard_configmap_holds_the_dashboard_verbatim():
+    dashboard = one(helm_render(EXTRAS_ON), "ConfigMap", "predictive-scaler-dashboard")
+    text = dashboard["data"]["predictive-scaler.json"]
+    assert text == (DEPLOY / "dashboards" / "predictive-scaler.json").read_text()
+    assert json.loads(text)["uid"] == "predictive-scaler"
+
+
+def test_the_readme_documents_every_value():
+    readme = (Path(DEPLOY).parent / "README.md").read_text()
+    section = readme[readme.index("### Install with Helm"):]
+    section = section[:section.index("\n### ", 4)]
+
+    def leaves(node: dict[str, Any], prefix: str = "") -> list[str]:
+        out = []
+        for key, value in node.items():
+            if isinstance(value, dict) and value and key not in ("resources", "labels", "nodeSelector"):
+                out += leaves(value, f"{prefix}{key}.")
+            else:
+                out.append(prefix + key)
+        return out
+
+    with helm.Chart.load(CHART) as chart:
+        missing = [v for v in leaves(chart.values) if f"`{v}`" not in section]
+    assert not missing, f"values not documented in README's 'Install with Helm': {missing}"
