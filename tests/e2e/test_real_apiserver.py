@@ -202,6 +202,19 @@ def test_the_server_rejects_what_the_schema_forbids(kube_api: KubeApiServer, fie
     assert get_scaler(kube_api, ns) is None
 
 
+def test_a_cross_field_rule_1_20_cannot_check_is_refused_by_the_controller(kube_api: KubeApiServer) -> None:
+    # minReplicas > maxReplicas is a CEL rule (1.25+); without CEL the server accepts it, and the
+    # controller refuses it with InvalidSpec and touches nothing.
+    ns = "e2e-invalid"
+    make_target(kube_api, ns, replicas=1)
+    kube_api.apply([scaler_manifest(ns, minReplicas=5, maxReplicas=3)])
+    ready = kube_api.wait_for("the InvalidSpec condition", lambda: (c := condition(get_scaler(kube_api, ns), "Ready"))
+                              and c["reason"] == "InvalidSpec" and c)
+    assert ready["status"] == "False" and "minReplicas" in ready["message"], ready
+    assert replicas(kube_api, ns) == 1 and scale_writes(kube_api, ns) == []
+    assert [e for e in events(kube_api, ns) if e["reason"] == "InvalidSpec" and e["type"] == "Warning"]
+
+
 def test_the_docs_show_the_schema_rejection() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes-versions.md").read_text()
     for _, _, message in SCHEMA_REJECTS[:2]:

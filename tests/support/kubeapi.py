@@ -39,6 +39,7 @@ import pytest
 import requests
 import yaml
 
+from predictive_scaler import crd
 from support.prometheus import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -344,8 +345,13 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
 
 
 def served(objects: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Split rendered objects into (applied on 1.20, left out because 1.20 does not serve them)."""
-    keep = [o for o in objects if (o["apiVersion"], o["kind"]) not in NOT_SERVED_BY_1_20]
+    """Split rendered objects into (applied on 1.20, left out because 1.20 does not serve them).
+
+    The CRD goes without its CEL rules, as the README tells users of servers before 1.25
+    (`python -m predictive_scaler.crd --no-cel`): 1.20's CRD schema has no x-kubernetes-validations.
+    """
+    keep = [crd.without_cel(o) if o["kind"] == "CustomResourceDefinition" else o
+            for o in objects if (o["apiVersion"], o["kind"]) not in NOT_SERVED_BY_1_20]
     left = [o for o in objects if (o["apiVersion"], o["kind"]) in NOT_SERVED_BY_1_20]
     return keep, left
 
@@ -355,8 +361,8 @@ def apply_deploy(server: KubeApiServer, objects: Sequence[dict[str, Any]]) -> li
     keep, left = served(objects)
     crds = [o for o in keep if o["kind"] == "CustomResourceDefinition"]
     server.apply(crds)
-    for crd in crds:
-        name = crd["metadata"]["name"]
+    for definition in crds:
+        name = definition["metadata"]["name"]
         server.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
     server.apply([o for o in keep if o["kind"] != "CustomResourceDefinition"])
     return left
