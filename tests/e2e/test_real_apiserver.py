@@ -19,6 +19,12 @@ from support.kubeapi import KubeApiServer
 from predictive_scaler import crd
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.kube import manifests
+from predictive_scaler.kube.client import (
+    KubeCluster,
+    PlaceholderSpec,
+    WorkloadRef,
+    api_client_from_environment,
+)
 from tests.deploy.test_rbac import KOPF_NEEDS, adapter_needs, admission_needs
 from tests.e2e.conftest import (
     CONTROLLER_SA,
@@ -179,6 +185,22 @@ def test_a_conflicting_hpa_is_refused_with_its_condition(kube_api: KubeApiServer
     assert refused and refused[0]["type"] == "Warning"
     lists = [e["requestURI"] for e in kube_api.audit(SA_USER) if "horizontalpodautoscalers" in e["requestURI"]]
     assert lists and all("/autoscaling/v2beta2/" in u for u in lists), lists[:3]
+
+
+def test_dry_run_writes_are_admitted_but_not_persisted(kube_api: KubeApiServer, controller_kubeconfig: Path) -> None:
+    # `predictive-scaler controller --dry-run`: every write carries dryRun=All. The real server runs
+    # RBAC and admission on it (OwnerReferencesPermissionEnforcement included) and stores nothing.
+    ns = "e2e-dry-run"
+    make_target(kube_api, ns, replicas=1)
+    kube_api.apply([scaler_manifest(ns, mode="forecast-only")])
+    uid = get_scaler(kube_api, ns)["metadata"]["uid"]  # type: ignore[index]
+    kube = KubeCluster(api_client_from_environment(str(controller_kubeconfig)), dry_run=True)
+    target = WorkloadRef("apps/v1", "Deployment", MODEL, ns)
+    assert kube.patch_scale(target, 7).replicas == 7  # what the server would have stored
+    assert kube.ensure_placeholder(PlaceholderSpec(MODEL, ns, uid, gpus_per_pod=1), 2).replicas == 2
+    assert replicas(kube_api, ns) == 1 and get_deployment(kube_api, ns, PLACEHOLDER) is None
+    dry = [e for e in kube_api.audit(SA_USER) if "dryRun=All" in e["requestURI"] and f"/namespaces/{ns}/" in e["requestURI"]]
+    assert {(e["verb"], e["responseStatus"]["code"]) for e in dry} >= {("patch", 200), ("create", 201)}, dry
 
 
 # -- the schema ------------------------------------------------------------------------------------
