@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from support.kubeapi import KubeApiServer
+from support.prometheus import running_prometheus
 
 from predictive_scaler import crd
 from predictive_scaler.crd import PAUSE_ANNOTATION
@@ -26,6 +28,7 @@ from predictive_scaler.kube.client import (
     api_client_from_environment,
 )
 from tests.deploy.test_rbac import KOPF_NEEDS, adapter_needs, admission_needs
+from tests.deploy.test_servicemonitor import OPERATOR_TARGET_LABELS, SERVICE_MONITOR
 from tests.e2e.conftest import (
     CONTROLLER_SA,
     MODEL,
@@ -280,6 +283,30 @@ def test_every_request_the_controller_made_was_allowed(kube_api: KubeApiServer) 
                      ("patch", "deployments", None), ("patch", crd.PLURAL, "status"), ("list", crd.PLURAL, None),
                      ("create", "events", None), ("list", "horizontalpodautoscalers", None)]:
         assert expected in verbs, (expected, sorted(map(str, verbs)))
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+def test_scraped_as_the_service_monitor_says_each_scaler_keeps_its_namespace(
+        kube_api: KubeApiServer, controller: ControllerProcess, tmp_path: Path) -> None:
+    # A real Prometheus scrapes the controller process with the target labels Prometheus Operator adds
+    # (the controller's own namespace among them) and the ServiceMonitor's honorLabels. Several scalers
+    # here share the name "llm": each must keep its own namespace, none may become exported_namespace.
+    (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
+    target_labels = {k: v for k, v in OPERATOR_TARGET_LABELS.items() if k not in ("job", "instance")}
+    job = {"job_name": OPERATOR_TARGET_LABELS["job"], "scrape_interval": "1s", "scrape_timeout": "1s",
+           "metrics_path": endpoint["path"], "honor_labels": bool(endpoint.get("honorLabels", False)),
+           "static_configs": [{"targets": [f"127.0.0.1:{controller.metrics_port}"], "labels": target_labels}]}
+    query = 'max by (namespace, scaler, exported_namespace) (predictive_scaler_last_reconcile_timestamp_seconds{scaler="llm"})'
+    with running_prometheus(tmp_path / "tsdb", tmp_path / "work", scrape_configs=[job]) as prom:
+        def series() -> list[dict[str, str]] | None:
+            answer = requests.get(f"{prom.url}/api/v1/query", params={"query": query}, timeout=5).json()
+            found = [r["metric"] for r in answer["data"]["result"]]
+            return found if len(found) >= 3 else None
+        found = kube_api.wait_for("scraped series of three scalers named llm", series, timeout=60)
+    namespaces = {m.get("namespace") for m in found}
+    assert {"e2e-forecast", "e2e-pause", "e2e-hpa"} <= namespaces, found
+    assert crd.CONTROLLER_NAMESPACE not in namespaces and not any("exported_namespace" in m for m in found), found
 
 
 # -- restart ---------------------------------------------------------------------------------------
