@@ -141,14 +141,19 @@ def test_scale_mode_scales_and_prewarms_and_the_placeholder_is_resized_and_garba
     assert all(p["spec"].get("priorityClassName") == manifests.PLACEHOLDER_PRIORITY_CLASS for p in pods["items"])
 
     # A smaller budget resizes the placeholder (the whole speculative budget stays within it).
-    patch_scaler(kube_api, ns, {"spec": {"prewarm": {"budget": {"maxGpus": 1}}}})
-    kube_api.wait_for("the placeholder resized", lambda: (replicas(kube_api, ns, PLACEHOLDER) or 0) < first)
-    assert (replicas(kube_api, ns, PLACEHOLDER) or 0) <= 1
+    smaller = first - 1
+    patch_scaler(kube_api, ns, {"spec": {"prewarm": {"budget": {"maxGpus": smaller}}}})
+    kube_api.wait_for("the placeholder resized", lambda: 1 <= (replicas(kube_api, ns, PLACEHOLDER) or 0) <= smaller)
+    assert reconciled(kube_api, ns)["status"]["budgetInUse"]["gpus"] <= smaller
 
     # Deleting the scaler: the garbage collector removes the placeholder through its ownerReference.
+    assert get_deployment(kube_api, ns, PLACEHOLDER) is not None
     answer = kube_api.request("DELETE", f"{SCALER_API}/namespaces/{ns}/{crd.PLURAL}/{MODEL}")
     assert answer.status_code == 200, answer.text
     kube_api.wait_for("the placeholder garbage-collected", lambda: get_deployment(kube_api, ns, PLACEHOLDER) is None)
+    deletes = [e["userAgent"] for e in kube_api.audit() if e["verb"] == "delete"
+               and e["objectRef"].get("namespace") == ns and e["objectRef"].get("name") == PLACEHOLDER]
+    assert deletes and all("garbage-collector" in agent for agent in deletes), deletes
     assert replicas(kube_api, ns) is not None, "the target must outlive its scaler"
 
 
