@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from predictive_scaler.errors import MissingApiError
+
 #: Retry kinds, the ``kind`` label of ``predictive_scaler_api_retries_total``.
 RETRY_KINDS: tuple[str, ...] = ("conflict", "throttled", "server-error", "unreachable")
 
@@ -43,8 +45,6 @@ def error_kind(status: int | None) -> str | None:
 def failure_kind(exc: Exception) -> str:
     """What failed a reconcile, for the ApiDegraded condition and Event: a retry kind, the missing
     API (``missing API autoscaling/v2 or autoscaling/v2beta2``), else the HTTP status."""
-    from predictive_scaler.errors import MissingApiError
-
     if isinstance(exc, MissingApiError):
         return f"{MISSING_API} {exc.api}"
     status = getattr(exc, "status", None)

@@ -838,8 +838,8 @@ class KubeCluster:
         wanted = " or ".join(f"autoscaling/{v}" for v in HPA_VERSIONS)
         has = ", ".join(f"autoscaling/{v}" for v in served) or "no autoscaling API"
         raise MissingApiError(
-            f"the API server serves neither {wanted} (it serves {has}), so the check for a "
-            "HorizontalPodAutoscaler on the same target cannot run and nothing is scaled; "
+            f"the API server serves neither {wanted.replace(' or ', ' nor ')} (it serves {has}), so the "
+            "check for a HorizontalPodAutoscaler on the same target cannot run and nothing is scaled; "
             "Kubernetes 1.23+ serves autoscaling/v2, 1.12–1.25 autoscaling/v2beta2",
             api=wanted,
         )

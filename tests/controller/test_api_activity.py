@@ -183,7 +183,7 @@ def test_a_server_without_the_hpa_api_is_named_in_the_condition_and_event(
         assert cond["status"] == "False" and not warnings
         return
     assert cond["status"] == "True" and cond["reason"] == "ApiMissing", cond
-    assert "serves neither autoscaling/v2 or autoscaling/v2beta2" in cond["message"]
+    assert "serves neither autoscaling/v2 nor autoscaling/v2beta2" in cond["message"]
     (event,) = warnings
     assert event["type"] == "Warning"
     assert f"Kubernetes API errors ({event_names})" in event["message"], event["message"]

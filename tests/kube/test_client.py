@@ -569,7 +569,7 @@ def test_no_hpa_api_served_names_the_missing_api(fake_api, cluster):
     with pytest.raises(MissingApiError) as info:
         cluster.list_conflicting_autoscalers(DEPLOYMENT)
     assert info.value.api == "autoscaling/v2 or autoscaling/v2beta2"
-    assert "serves neither autoscaling/v2 or autoscaling/v2beta2" in str(info.value)
+    assert "serves neither autoscaling/v2 nor autoscaling/v2beta2" in str(info.value)
     assert not info.value.retryable
 
 
