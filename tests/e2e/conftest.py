@@ -110,7 +110,7 @@ def recent_demand(prometheus_factory: Callable[..., PrometheusServer]) -> Recent
 
 @pytest.fixture(scope="session")
 def model_store(recent_demand: RecentDemand, tmp_path_factory: pytest.TempPathFactory) -> ModelStore:
-    """A seasonal-naive model on the 5-minute grid, trained on the day before yesterday's bump (so its
+    """A seasonal-naive model on the 5-minute grid, trained on the history up to yesterday's bump (so its
     calibrated spread is the noise's); the bump reaches it through the recent history."""
     grid = recent_demand.series.resample(300)
     cutoff = grid.index_at(recent_demand.started - timedelta(days=1) + BUMP_FROM)
