@@ -11,7 +11,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: keda-stubs crd demo test lint typecheck unit tools bench-forecast bench-backtest bench-controller bench-retrain clean
+.PHONY: keda-stubs crd demo test lint typecheck unit tools kube-apiserver bench-forecast bench-backtest bench-controller bench-retrain clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,9 +29,13 @@ demo: $(STAMP)
 tools:
 	@bash scripts/ensure-tools.sh
 
-## test: lint, type-check and run every test (real Prometheus included; nothing skips)
-test: $(STAMP) tools lint typecheck
+## test: lint, type-check and run every test (real Prometheus and a real API server included; nothing skips)
+test: $(STAMP) tools kube-apiserver lint typecheck
 	$(BIN)/python -m pytest -q
+
+## kube-apiserver: build (once; cached outside the clone) the Kubernetes 1.20 API server the e2e tests run
+kube-apiserver:
+	@bash scripts/build-kube-apiserver.sh >/dev/null
 
 lint: $(STAMP)
 	$(BIN)/ruff check predictive_scaler tests backtests scripts

@@ -55,6 +55,15 @@ class ConflictError(ClusterError):
         super().__init__(message, status=409, retryable=True)
 
 
+class MissingApiError(ClusterError):
+    """The API server serves none of the versions of an API the controller needs (e.g. the
+    HorizontalPodAutoscaler API). ``api`` names what is missing, for conditions and Events."""
+
+    def __init__(self, message: str, *, api: str) -> None:
+        super().__init__(message, status=404, retryable=False)
+        self.api = api
+
+
 class BudgetError(ConfigError):
     """The prewarm budget is invalid; the planner fails closed (no speculation)."""
 

@@ -6,13 +6,19 @@ set -euo pipefail
 need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool   >/dev/null 2>&1 || need_apt+=(prometheus)
+# The end-to-end tests: etcd, and the toolchain that builds kube-apiserver (scripts/build-kube-apiserver.sh).
+command -v etcd        >/dev/null 2>&1 || need_apt+=(etcd-server)
+command -v go          >/dev/null 2>&1 || need_apt+=(golang-go)
+command -v dpkg-source >/dev/null 2>&1 || need_apt+=(dpkg-dev)
+command -v openssl     >/dev/null 2>&1 || need_apt+=(openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need_apt[*]} with apt-get" >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   else
-    echo "error: missing ${need_apt[*]}: install Debian's 'prometheus' package (it brings promtool)" >&2
+    echo "error: missing ${need_apt[*]}: install these Debian packages ('prometheus' brings promtool;" \
+      "etcd-server, golang-go, dpkg-dev and openssl are for the real API server of tests/e2e)" >&2
     exit 1
   fi
 fi

@@ -49,6 +49,7 @@ from predictive_scaler.kube.client import KubeCluster, PlaceholderSpec, api_call
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource
+from tests.deploy.test_rbac import admission_needs
 from tests.fakes import FakeMetrics
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -173,8 +174,9 @@ def test_kopf_own_calls_are_granted() -> None:
 
 
 def test_nothing_granted_beyond_the_calls_and_kopf() -> None:
-    # Everything the adapter can call (API_CALLS, templated /scale for the built-in kinds) plus kopf.
-    possible: set[Permission] = set(kopf_needs())
+    # Everything the adapter can call (API_CALLS, templated /scale for the built-in kinds) plus kopf,
+    # plus what admission asks for (update on the finalizers: the placeholder's blockOwnerDeletion).
+    possible: set[Permission] = set(kopf_needs()) | set(admission_needs())
     for call in client.API_CALLS:
         if not call.resource:
             continue

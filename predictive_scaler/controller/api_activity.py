@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from predictive_scaler.errors import MissingApiError
+
 #: Retry kinds, the ``kind`` label of ``predictive_scaler_api_retries_total``.
 RETRY_KINDS: tuple[str, ...] = ("conflict", "throttled", "server-error", "unreachable")
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -42,6 +44,19 @@ def error_kind(status: int | None) -> str | None:
     if status >= 500:
         return "server-error"
     return None
+
+
+def failure_kind(exc: Exception) -> str:
+    """What failed a reconcile, for the ApiDegraded condition and Event: a retry kind, the missing
+    API (``missing API autoscaling/v2 or autoscaling/v2beta2``), else the HTTP status."""
+    if isinstance(exc, MissingApiError):
+        return f"{MISSING_API} {exc.api}"
+    status = getattr(exc, "status", None)
+    return error_kind(status) or (f"HTTP {status}" if status else "unreachable")
+
+
+#: Prefix of the failure kind of a reconcile that needs an API the server does not serve.
+MISSING_API = "missing API"
 
 
 @dataclass(frozen=True)

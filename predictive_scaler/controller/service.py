@@ -39,7 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from predictive_scaler.clock import Clock
-from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, error_kind
+from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, failure_kind
 from predictive_scaler.controller.budget import ClusterBudget, capped_spec
 from predictive_scaler.controller.health import LoopMonitor
 from predictive_scaler.controller.lifecycle import Shutdown
@@ -391,8 +391,8 @@ class ControllerService:
         runtime.api_failed += 1
         runtime.api_failing_since = runtime.api_failing_since or now
         runtime.api_last_error = str(exc)
-        kind = error_kind(exc.status)
-        if kind is not None and kind not in runtime.api_failed_kinds:
+        kind = failure_kind(exc)
+        if kind not in runtime.api_failed_kinds:
             runtime.api_failed_kinds = (*runtime.api_failed_kinds, kind)
         if runtime.status_write_failed or kind == "unreachable":
             return  # the status write itself failed, or nothing reaches the server: do not try again now

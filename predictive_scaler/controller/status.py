@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiTally
+from predictive_scaler.controller.api_activity import MISSING_API, RETRY_KINDS, ApiTally
 from predictive_scaler.reconcile import Condition, ReconcileResult
 from predictive_scaler.spec import ScalerSpec
 
@@ -79,8 +79,14 @@ class ApiReport:
         return self.failed_reconciles > 0 or self.retries.total > 0
 
     def kinds(self) -> tuple[str, ...]:
+        """Retry kinds in RETRY_KINDS order, then what else failed (a missing API, an HTTP status)."""
         seen = set(self.failed_kinds) | {k for k, n in self.retries.retries.items() if n}
-        return tuple(k for k in RETRY_KINDS if k in seen)
+        others = tuple(k for k in self.failed_kinds if k not in RETRY_KINDS)
+        return tuple(k for k in RETRY_KINDS if k in seen) + others
+
+    @property
+    def missing_api(self) -> bool:
+        return any(k.startswith(MISSING_API) for k in self.failed_kinds)
 
     def condition(self) -> Condition:
         if not self.degraded:
@@ -93,7 +99,9 @@ class ApiReport:
                          f"retried by kopf (last: {(self.last_error or 'unknown')[:400]})")
         if self.retries.total:
             parts.append(f"{self.retries.total} API call(s) retried ({self.retries.describe()})")
-        return Condition(API_DEGRADED, "True", "ReconcileFailed" if self.failed_reconciles else "RetriesAbsorbed",
+        reason = "ApiMissing" if self.missing_api else (
+            "ReconcileFailed" if self.failed_reconciles else "RetriesAbsorbed")
+        return Condition(API_DEGRADED, "True", reason,
                          "; ".join(parts) + ". The strategy is not changed by API errors. " + _api_advice(self.kinds()))
 
     def event_message(self) -> str:
@@ -111,6 +119,8 @@ def _api_advice(kinds: Sequence[str]) -> str:
         "unreachable": "unreachable: check the network path and the API server's endpoints",
     }
     hints = [advice[k] for k in kinds if k in advice]
+    hints += [f"{k}: the API server does not serve it — Kubernetes 1.23+ serves autoscaling/v2, "
+              "older servers autoscaling/v2beta2; upgrade the cluster" for k in kinds if k.startswith(MISSING_API)]
     return ("If it persists: " + "; ".join(hints) + ".") if hints else ""
 
 

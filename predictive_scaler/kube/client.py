@@ -38,6 +38,7 @@ from predictive_scaler.errors import (
     ConfigError,
     ConflictError,
     DataError,
+    MissingApiError,
     ThrottledError,
 )
 from predictive_scaler.kube import manifests
@@ -95,6 +96,15 @@ API_CALLS: tuple[ApiCall, ...] = (
         "",
         "",
         "discovery: resolve a core-group target kind to its plural and check it has /scale",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/{group}",
+        "get",
+        "",
+        "",
+        "discovery: which versions of the autoscaling group the server serves (the HPA "
+        "conflict check uses autoscaling/v2, else v2beta2)",
     ),
     ApiCall(
         "GET",
@@ -209,6 +219,14 @@ API_CALLS: tuple[ApiCall, ...] = (
         "autoscaling",
         "horizontalpodautoscalers",
         "refuse to act when an HPA targets the same workload",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/autoscaling/v2beta2/namespaces/{namespace}/horizontalpodautoscalers",
+        "list",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "the same on servers without autoscaling/v2 (Kubernetes 1.12–1.22)",
     ),
     ApiCall(
         "GET",
@@ -427,6 +445,8 @@ _BUILTIN_SCALABLE = {
     ("apps", "ReplicaSet"): "replicasets",
     ("", "ReplicationController"): "replicationcontrollers",
 }
+#: HorizontalPodAutoscaler versions the conflict check can read, preferred first.
+HPA_VERSIONS = ("v2", "v2beta2")
 _MERGE_PATCH = "application/merge-patch+json"
 _JSON = "application/json"
 
@@ -459,6 +479,7 @@ class KubeCluster:
         self._dry_run = dry_run
         self._gpu_resource = gpu_resource
         self._plurals: dict[tuple[str, str, str], str] = {}
+        self._hpa_version: str | None = None
         _own_the_retries(api_client)
 
     # -- plumbing ----------------------------------------------------------
@@ -822,23 +843,57 @@ class KubeCluster:
 
     # -- other autoscalers ---------------------------------------------------
 
+    def hpa_version(self, *, refresh: bool = False) -> str:
+        """The HorizontalPodAutoscaler version this server serves (``HPA_VERSIONS`` order), discovered
+        once and remembered; MissingApiError when it serves none of them."""
+        if self._hpa_version is not None and not refresh:
+            return self._hpa_version
+        what = "discover the autoscaling API versions"
+        try:
+            group = self._retrying(lambda: self._request("GET", "/apis/autoscaling", what=what), what)
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+            group = {}
+        served = [str(v.get("version")) for v in (group or {}).get("versions") or [] if isinstance(v, dict)]
+        for version in HPA_VERSIONS:
+            if version in served:
+                self._hpa_version = version
+                return version
+        wanted = " or ".join(f"autoscaling/{v}" for v in HPA_VERSIONS)
+        has = ", ".join(f"autoscaling/{v}" for v in served) or "no autoscaling API"
+        raise MissingApiError(
+            f"the API server serves neither {wanted.replace(' or ', ' nor ')} (it serves {has}), so the "
+            "check for a HorizontalPodAutoscaler on the same target cannot run and nothing is scaled; "
+            "Kubernetes 1.23+ serves autoscaling/v2, 1.12–1.25 autoscaling/v2beta2",
+            api=wanted,
+        )
+
     def list_conflicting_autoscalers(
         self, target: WorkloadRef
     ) -> tuple[ConflictingAutoscaler, ...]:
         """HPAs and KEDA ScaledObjects in the target's namespace that scale it too."""
         namespace = _seg(target.namespace)
         what = f"list HPAs in {target.namespace}"
-        hpas = _items(
-            self._retrying(
+
+        def list_hpas(version: str) -> Any:
+            return self._retrying(
                 lambda: self._request(
                     "GET",
-                    f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers",
+                    f"/apis/autoscaling/{version}/namespaces/{namespace}/horizontalpodautoscalers",
                     what=what,
                 ),
                 what,
-            ),
-            what,
-        )
+            )
+
+        try:
+            answer = list_hpas(self.hpa_version())
+        except ClusterError as exc:
+            if exc.status != 404 or isinstance(exc, MissingApiError):
+                raise
+            # The server changed (an upgrade dropped the version we found): discover again.
+            answer = list_hpas(self.hpa_version(refresh=True))
+        hpas = _items(answer, what)
         found = [
             ConflictingAutoscaler(
                 "HorizontalPodAutoscaler",

@@ -156,3 +156,35 @@ def test_retries_absorbed_inside_a_reconcile_are_reported_in_its_own_status(
     assert cond["status"] == "True" and cond["reason"] == "RetriesAbsorbed"
     assert "2 API call(s) retried (2 throttled)" in cond["message"] and "Priority and Fairness" in cond["message"]
     assert _retries(service, "throttled") == 2 and _retries(service, "conflict") == 0
+
+
+@pytest.mark.parametrize(
+    ("served", "outcome", "event_names"),
+    [
+        ((), "retry", "missing API autoscaling/v2 or autoscaling/v2beta2"),
+        (("v2beta2",), "ok", None),
+    ],
+    ids=["no-hpa-api", "v2beta2-only-kubernetes-1.20"],
+)
+def test_a_server_without_the_hpa_api_is_named_in_the_condition_and_event(
+    fake_api: FakeApiServer, world: tuple[Handlers, ControllerService], served: tuple[str, ...], outcome: str,
+    event_names: str | None,
+) -> None:
+    # Before: a 404 on autoscaling/v2 had no retry kind, so the Event read "Kubernetes API errors (): …".
+    from tests.kube.test_client import _serve_hpa_versions
+
+    handlers, _ = world
+    install(fake_api, replicas=4)
+    _serve_hpa_versions(fake_api, served)
+    assert _reconcile(handlers, fake_api) == outcome
+    cond = condition(scaler(fake_api)["status"], "ApiDegraded")
+    warnings = _warnings(fake_api)
+    if event_names is None:
+        assert cond["status"] == "False" and not warnings
+        return
+    assert cond["status"] == "True" and cond["reason"] == "ApiMissing", cond
+    assert "serves neither autoscaling/v2 nor autoscaling/v2beta2" in cond["message"]
+    (event,) = warnings
+    assert event["type"] == "Warning"
+    assert f"Kubernetes API errors ({event_names})" in event["message"], event["message"]
+    assert "()" not in event["message"] and "upgrade the cluster" in event["message"]

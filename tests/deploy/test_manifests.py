@@ -46,7 +46,8 @@ MONITORING_SCHEMAS: dict[str, dict[str, Any]] = {
                              "type": "object", "additionalProperties": False, "required": ["port"],
                              "properties": {"port": {"type": "string"}, "path": {"type": "string"},
                                             "scheme": {"enum": ["http", "https"]},
-                                            "interval": _DURATION, "scrapeTimeout": _DURATION}}}}}}},
+                                            "interval": _DURATION, "scrapeTimeout": _DURATION,
+                                            "honorLabels": {"type": "boolean"}}}}}}}},
     "PrometheusRule": {
         "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
         "properties": {

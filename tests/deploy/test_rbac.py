@@ -35,6 +35,16 @@ RETRAIN_NEEDS: frozenset[Permission] = frozenset({
 })
 
 
+def admission_needs() -> frozenset[Permission]:
+    """What admission asks beyond the calls themselves. OwnerReferencesPermissionEnforcement (on in
+    OpenShift) lets a client set ``blockOwnerDeletion`` only with ``update`` on the owner's
+    ``finalizers``; the placeholder's ownerReference to its PredictiveScaler sets it."""
+    owner = manifests.owner_reference("llm", "uid-1")
+    if not owner.get("blockOwnerDeletion"):
+        return frozenset()
+    return frozenset({(crd.GROUP, f"{crd.PLURAL}/finalizers", "update")})
+
+
 def _scalable_builtins() -> set[tuple[str, str]]:
     # The adapter's table of built-in kinds with /scale; other kinds need the user's own rule.
     return {(group, plural) for (group, _kind), plural in client._BUILTIN_SCALABLE.items()}
@@ -74,10 +84,18 @@ def _role_of(service_account: str) -> dict[str, Any]:
 
 
 def test_controller_role_is_exactly_the_adapter_calls_plus_kopf():
-    needed = adapter_needs() | KOPF_NEEDS
+    needed = adapter_needs() | KOPF_NEEDS | admission_needs()
     have = granted(_role_of("predictive-scaler-controller"))
     assert have - needed == set(), f"granted but never called: {sorted(have - needed)}"
     assert needed - have == set(), f"called but not granted: {sorted(needed - have)}"
+
+
+def test_placeholder_owner_reference_is_allowed_under_owner_reference_enforcement():
+    # Before: the role granted nothing on predictivescalers/finalizers, and a real API server with
+    # OwnerReferencesPermissionEnforcement refused the placeholder with 403 (tests/e2e shows it).
+    have = granted(_role_of("predictive-scaler-controller"))
+    assert (crd.GROUP, f"{crd.PLURAL}/finalizers", "update") in have
+    assert admission_needs() <= have
 
 
 def test_retrain_role_is_exactly_what_the_job_needs():

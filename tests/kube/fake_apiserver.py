@@ -199,6 +199,11 @@ class FakeApiServer:
             self._types[(rtype.group, rtype.version, rtype.plural)] = rtype
             self._objects.setdefault((rtype.group, rtype.plural), {})
 
+    def unregister_type(self, group: str, version: str, plural: str) -> None:
+        """Stop serving one version of a type (an older or newer server); its objects stay stored."""
+        with self._lock:
+            self._types.pop((group, version, plural), None)
+
     def install_keda(self) -> None:
         self.register_type(SCALED_OBJECT_TYPE)
 
@@ -565,6 +570,10 @@ class FakeApiServer:
             return 200, {"kind": "APIVersions", "versions": ["v1"]}
         if parts == ["apis"] and method == "GET":
             return 200, self._group_list()
+        if len(parts) == 2 and parts[0] == "apis":
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on discovery")
+            return 200, self._group_discovery(parts[1])
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
@@ -642,6 +651,14 @@ class FakeApiServer:
             {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
              "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
             for g, vs in sorted(groups.items())]}
+    def _group_discovery(self, group: str) -> dict[str, Any]:
+        """``GET /apis/{group}``: the APIGroup with the versions some served type has."""
+        versions = sorted({t.version for t in self._types.values() if t.group == group and group})
+        if not versions:
+            raise _not_served()
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries,
+                "preferredVersion": entries[0]}
 
     def _discovery(self, group: str, version: str) -> dict[str, Any]:
         types = [t for t in self._types.values() if t.group == group and t.version == version]

@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 from kubernetes.client import ApiClient, Configuration
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.errors import ClusterError, ConfigError, DataError, ThrottledError
+from predictive_scaler.errors import (
+    ClusterError,
+    ConfigError,
+    DataError,
+    MissingApiError,
+    ThrottledError,
+)
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.client import (
     API_CALLS,
@@ -529,6 +535,52 @@ def test_conflicting_autoscalers(fake_api, cluster, setup, expected):
     assert cluster.list_conflicting_autoscalers(DEPLOYMENT) == expected
 
 
+HPA_V2BETA2 = ResourceType(
+    "autoscaling", "v2beta2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", status=True
+)
+
+
+def _serve_hpa_versions(fake_api, versions):
+    """Make the stand-in serve exactly these HorizontalPodAutoscaler versions (e.g. Kubernetes 1.20)."""
+    if "v2beta2" in versions:
+        fake_api.register_type(HPA_V2BETA2)
+    if "v2" not in versions:
+        fake_api.unregister_type("autoscaling", "v2", "horizontalpodautoscalers")
+
+
+@pytest.mark.parametrize(
+    ("versions", "listed"),
+    [(("v2", "v2beta2"), "v2"), (("v2",), "v2"), (("v2beta2",), "v2beta2")],
+    ids=["1.23-1.25-both", "1.26+-v2-only", "1.12-1.22-v2beta2-only"],
+)
+def test_hpa_version_is_discovered_not_assumed(fake_api, cluster, versions, listed):
+    fake_api.add_hpa(NS, "llm-hpa", "Deployment", "llm")
+    _serve_hpa_versions(fake_api, versions)
+    found = cluster.list_conflicting_autoscalers(DEPLOYMENT)
+    assert found == (ConflictingAutoscaler("HorizontalPodAutoscaler", "llm-hpa", NS),)
+    hpa_lists = [r.path for r in fake_api.requests if r.path.endswith("/horizontalpodautoscalers")]
+    assert hpa_lists == [f"/apis/autoscaling/{listed}/namespaces/{NS}/horizontalpodautoscalers"]
+    cluster.list_conflicting_autoscalers(DEPLOYMENT)
+    assert [r.path for r in fake_api.requests].count("/apis/autoscaling") == 1  # remembered
+
+
+def test_no_hpa_api_served_names_the_missing_api(fake_api, cluster):
+    _serve_hpa_versions(fake_api, ())
+    with pytest.raises(MissingApiError) as info:
+        cluster.list_conflicting_autoscalers(DEPLOYMENT)
+    assert info.value.api == "autoscaling/v2 or autoscaling/v2beta2"
+    assert "serves neither autoscaling/v2 nor autoscaling/v2beta2" in str(info.value)
+    assert not info.value.retryable
+
+
+def test_a_version_that_disappears_is_discovered_again(fake_api, cluster):
+    assert cluster.list_conflicting_autoscalers(DEPLOYMENT) == ()
+    fake_api.add_hpa(NS, "llm-hpa", "Deployment", "llm")
+    _serve_hpa_versions(fake_api, ("v2beta2",))  # the server was replaced by one without v2
+    assert len(cluster.list_conflicting_autoscalers(DEPLOYMENT)) == 1
+    assert cluster.hpa_version() == "v2beta2"
+
+
 def test_keda_not_installed_means_no_scaled_objects(fake_api, cluster):
     assert cluster.list_conflicting_autoscalers(DEPLOYMENT) == ()
     keda = [r for r in fake_api.requests if "keda.sh" in r.path]
@@ -705,6 +757,8 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     cluster.list_scalers()
     cluster.patch_status("llm", NS, {"ok": True})
     assert cluster.ping(timeout=2.0) is None
+    _serve_hpa_versions(fake_api, ("v2beta2",))  # an older server: the v2beta2 row
+    cluster.list_conflicting_autoscalers(DEPLOYMENT)
     used = {api_call_for(method, path) for method, path in fake_api.calls()}
     assert used == set(API_CALLS)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+import yaml
 
 from predictive_scaler.series import Series, load_trace
 from predictive_scaler.sources.openmetrics import (
@@ -119,11 +120,13 @@ class PrometheusServer:
 
 
 @contextlib.contextmanager
-def running_prometheus(tsdb_dir: Path, work_dir: Path, *, remote_read_url: str | None = None) -> Iterator[PrometheusServer]:
+def running_prometheus(tsdb_dir: Path, work_dir: Path, *, remote_read_url: str | None = None,
+                       scrape_configs: Sequence[dict[str, object]] = ()) -> Iterator[PrometheusServer]:
     """Start ``prometheus`` over ``tsdb_dir`` on a free loopback port; stop it on exit.
 
     ``remote_read_url``: also read from this remote store; when it fails, Prometheus
     still answers from its own TSDB but adds ``warnings`` (partial data).
+    ``scrape_configs``: scrape jobs (Prometheus' own config shape), for tests of live scrapes.
     """
     binary = require_binary("prometheus")
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -132,6 +135,8 @@ def running_prometheus(tsdb_dir: Path, work_dir: Path, *, remote_read_url: str |
     text = "global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\n"
     if remote_read_url:
         text += f"remote_read:\n  - url: {remote_read_url}\n    read_recent: true\n    remote_timeout: 2s\n"
+    if scrape_configs:
+        text += yaml.safe_dump({"scrape_configs": list(scrape_configs)})
     config.write_text(text)
     port = free_port()
     log_path = work_dir / "prometheus.log"
