@@ -77,6 +77,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--evaluation", default=None, metavar="DURATION",
                    help="walk forward over at most this span after training (e.g. 7d)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--timezone", default=None, metavar="ZONE",
+                   help="time zone of trace timestamps written without a UTC offset (IANA name: UTC, "
+                        "Europe/Berlin …); without it such timestamps are refused")
     p.set_defaults(func=run)
 
 
@@ -270,8 +273,9 @@ def run(args: argparse.Namespace) -> int:
     from predictive_scaler.backtest.report import terminal_table, verdict, write_report
     from predictive_scaler.backtest.runner import run_backtest
     from predictive_scaler.backtest.scenario import Scenario, load_scenario
-    from predictive_scaler.errors import ConfigError
-    from predictive_scaler.series import load_trace, parse_duration
+    from predictive_scaler.commands._flags import check_output
+    from predictive_scaler.errors import ConfigError, DataError
+    from predictive_scaler.series import load_trace, parse_duration, parse_timezone
 
     if args.prometheus is not None and args.trace is not None:
         raise ConfigError("--trace and --prometheus are two sources of demand; give one: --trace FILE for a "
@@ -285,6 +289,13 @@ def run(args: argparse.Namespace) -> int:
             if value is not None:
                 raise ConfigError(f"{flag} applies to --prometheus history only; drop it or use --prometheus",
                                   field=flag.strip("-"))
+    # Every output is checked before the (long) run: a bad path must not cost the whole backtest.
+    if args.report is not None:
+        check_output("--report", args.report, directory=True)
+    if args.save_history is not None:
+        check_output("--save-history", args.save_history, directory=False)
+    if args.timezone is not None:
+        parse_timezone(args.timezone)
 
     scenario = load_scenario(args.scenario)
     target = pick_scaler(args.scaler, args.name) if args.scaler is not None else None
@@ -301,8 +312,15 @@ def run(args: argparse.Namespace) -> int:
         changes["capacity_per_replica"] = args.capacity_per_replica
     if args.policies:
         changes["policies"] = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    if args.evaluation:
-        changes["evaluation"] = parse_duration(args.evaluation)
+    if args.evaluation is not None:
+        try:
+            evaluation = parse_duration(args.evaluation)
+        except DataError as exc:
+            raise ConfigError(f"--evaluation: {exc}", field="evaluation") from exc
+        if evaluation <= timedelta(0):
+            raise ConfigError(f"--evaluation {args.evaluation!r} is not a positive duration; give the span to "
+                              "walk forward, e.g. --evaluation 7d", field="evaluation")
+        changes["evaluation"] = evaluation
     if changes:
         try:
             scenario = replace(scenario, **changes)
@@ -316,7 +334,8 @@ def run(args: argparse.Namespace) -> int:
         if args.save_history is not None:
             args.save_history.write_text(history_csv(trace))
     else:
-        trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None)
+        trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None,
+                           timezone=args.timezone)
 
     bars: list[Any] = []
 
@@ -352,6 +371,8 @@ def run(args: argparse.Namespace) -> int:
         print()
         for line in verdict(result):
             print(f"  {line}")
+        for note in result.notes:
+            print(f"  note: {note}")
     if where is not None:
         print(f"report: {where}  (Markdown: {where.with_name('report.md')})", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from predictive_scaler.commands._flags import add_trace_flags
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -28,6 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--value-kind", choices=("rate", "count"), default="rate",
                    help="values are a rate (averaged when merging steps) or a count per step (summed)")
     p.add_argument("--json", action="store_true", help="print the forecast as one JSON document")
+    add_trace_flags(p, history=False)
     p.set_defaults(func=run)
 
 
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             f"{format_duration(pd.Timedelta(seconds=model.step_seconds).to_pytimedelta())} step; choose one that is",
             field="horizon",
         )
-    series = load_trace(args.trace, value_kind=args.value_kind, min_history=None)
+    series = load_trace(args.trace, value_kind=args.value_kind, min_history=None, timezone=args.timezone)
     if args.at:
         at = parse_time_flag("--at", args.at)
         if not (series.start <= at <= series.last_time):
