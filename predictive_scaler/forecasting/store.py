@@ -29,6 +29,7 @@ next ``promote``, ``rollback`` or publish, and reported by :meth:`ModelStore.ver
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import hashlib
@@ -629,7 +630,7 @@ class ModelStore:
             out.append(info)
         return out
 
-    def verify(self, name: str | None = None, *, repair: bool = False) -> list[VerifyReport]:
+    def verify(self, name: str | None = None, *, repair: bool = False) -> builtins.list[VerifyReport]:
         """Check every model (or ``name``): pointer readable, serving version verified, every version
         verified. ``repair``: a damaged pointer or a serving version that fails is re-pointed to the
         newest version that verifies (under the lock)."""
