@@ -262,6 +262,7 @@ def load_trace(
             raise DataError(f"{p}: not a readable Parquet file ({exc}); export it again as timestamp,value") from exc
         header_rows = 0
     else:
+        _sniff_text(p)
         try:
             frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
         except pd.errors.EmptyDataError as exc:
@@ -276,6 +277,34 @@ def load_trace(
     return series_from_frame(frame, source=str(p), value_kind=kind, min_history=min_history,
                              name=name or p.stem, first_row=header_rows + 1, timezone=zone,
                              max_missing=max_missing)
+
+
+def _sniff_text(p: Path) -> None:
+    """Refuse, naming what it is, a file that is not UTF-8 CSV text (compressed, UTF-16, binary)."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(65536)
+    except OSError as exc:
+        raise DataError(f"{p}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from exc
+    what = None
+    if head[:2] == b"\x1f\x8b":
+        what = "gzip-compressed; decompress it first (gunzip)"
+    elif head[:4] == b"PK\x03\x04":
+        what = "a ZIP archive; extract the CSV from it first"
+    elif head[:4] == b"PAR1":
+        what = "a Parquet file; name it .parquet"
+    elif head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        what = "UTF-16 text; save it as UTF-8"
+    elif b"\x00" in head:
+        what = "binary (it holds NUL bytes), not CSV text; give a timestamp,value CSV or Parquet file"
+    else:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.start < len(head) - 4:  # not just a character cut at the end of the sample
+                what = (f"not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); save it as UTF-8")
+    if what is not None:
+        raise DataError(f"{p}: the file is {what}")
 
 
 def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
@@ -302,10 +331,15 @@ def series_from_frame(
     timezone: zoneinfo.ZoneInfo | None = None,
     max_missing: float | None = DEFAULT_MAX_MISSING,
 ) -> Series:
-    cols = [str(c).strip().lower() for c in frame.columns]
+    cols = [str(c).strip().lower().lstrip("\ufeff") for c in frame.columns]
     if cols != ["timestamp", "value"]:
+        hint = ""
+        if len(cols) == 1 and any(sep in cols[0] for sep in (";", "\t", "|")):
+            hint = " (the columns look separated by something other than a comma: use commas)"
+        elif cols and _one_time(cols[0], bounded=False) is not None:
+            hint = " (the first line looks like data: add a 'timestamp,value' header line)"
         raise DataError(
-            f"{source}: wrong columns {list(frame.columns)}; a trace has exactly two columns named "
+            f"{source}: wrong columns {list(frame.columns)}{hint}; a trace has exactly two columns named "
             "'timestamp' and 'value'"
         )
     frame.columns = ["timestamp", "value"]
@@ -432,6 +466,21 @@ def _parse_timestamps(col: pd.Series, source: str, first_row: int,
             f"{source}: row {i + first_row}: timestamp {text.iloc[i]!r} mixes with epoch-second rows; "
             "use one format for the whole file"
         )
+    empty = np.flatnonzero((text == "").to_numpy())
+    if empty.size:
+        raise DataError(f"{source}: row {int(empty[0]) + first_row}: empty timestamp; every row needs one")
+    try:
+        readable = pd.to_datetime(text, errors="coerce", utc=True, format="ISO8601")
+    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        readable = pd.Series([_one_time(t) for t in text], index=text.index)
+    if readable.isna().any():
+        i = int(np.flatnonzero(readable.isna().to_numpy())[0])
+        if _one_time(text.iloc[i], bounded=False) is not None:
+            raise DataError(_range_message(source, i + first_row, text.iloc[i]))
+        raise DataError(
+            f"{source}: row {i + first_row}: cannot read timestamp {text.iloc[i]!r}; write ISO-8601 "
+            "(2024-01-31T12:00:00Z) or epoch seconds"
+        )
     offset = text.map(lambda t: _HAS_OFFSET.search(t) is not None).to_numpy(dtype=bool)
     if offset.any() and not offset.all():
         i, j = int(np.flatnonzero(~offset)[0]), int(np.flatnonzero(offset)[0])
@@ -440,19 +489,7 @@ def _parse_timestamps(col: pd.Series, source: str, first_row: int,
             f"{j + first_row} ({text.iloc[j]!r}) has one; a file mixing the two would be read hours apart — "
             "write every timestamp with its offset (Z for UTC)"
         )
-    try:
-        parsed = pd.to_datetime(text, errors="coerce", utc=bool(offset.all()), format="ISO8601")
-    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
-        parsed = pd.Series([_one_time(t) for t in text], index=text.index)
-    if parsed.isna().any():
-        i = int(np.flatnonzero(parsed.isna().to_numpy())[0])
-        if _one_time(text.iloc[i], bounded=False) is not None:
-            raise DataError(_range_message(source, i + first_row, text.iloc[i]))
-        raise DataError(
-            f"{source}: row {i + first_row}: cannot read timestamp {text.iloc[i]!r}; write ISO-8601 "
-            "(2024-01-31T12:00:00Z) or epoch seconds"
-        )
-    ts = pd.DatetimeIndex(parsed)
+    ts = pd.DatetimeIndex(readable)
     if not offset.all():
         if timezone is None:
             raise DataError(_naive_message(source, first_row, text.iloc[0], "the timestamps have no UTC offset"))
@@ -499,7 +536,8 @@ def _naive_message(source: str, first_row: int, example: str, what: str) -> str:
 
 def _localize(ts: pd.DatetimeIndex, zone: zoneinfo.ZoneInfo, source: str, first_row: int) -> pd.DatetimeIndex:
     """Naive wall-clock times in ``zone`` → UTC; a time that does not exist or is ambiguous is refused."""
-    ts = _in_range(ts.tz_localize("UTC"), source, first_row).tz_localize(None)
+    # Naive wall-clock times (read as if UTC when parsed from text): range-check, then drop the zone.
+    ts = _in_range(ts if ts.tz is not None else ts.tz_localize("UTC"), source, first_row).tz_localize(None)
     gone = ts.tz_localize(zone, ambiguous="NaT", nonexistent="NaT")
     missing = np.flatnonzero(gone.isna())
     if not missing.size:
