@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,21 @@ def max_missing(args: argparse.Namespace) -> float:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"--max-missing {value:g} is not a share; give one between 0 and 1 (default "
                           f"{DEFAULT_MAX_MISSING})", field="max_missing")
+    return value
+
+
+def positive_duration(flag: str, text: str) -> timedelta:
+    """A duration flag (``--min-history``, ``--horizon`` …) that must be a positive span."""
+    from predictive_scaler.errors import DataError
+    from predictive_scaler.series import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except DataError as exc:
+        raise ConfigError(f"{flag}: {exc}", field=flag.lstrip("-").replace("-", "_")) from exc
+    if value <= timedelta(0):
+        raise ConfigError(f"{flag} {text!r} is not a positive duration; give one such as 14d",
+                          field=flag.lstrip("-").replace("-", "_"))
     return value
 
 

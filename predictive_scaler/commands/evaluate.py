@@ -83,7 +83,7 @@ def format_table(report: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from predictive_scaler.commands._flags import max_missing
+    from predictive_scaler.commands._flags import max_missing, positive_duration
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.evaluation import EvaluationSettings, evaluate, planned_fits
     from predictive_scaler.forecasting.registry import parse_kinds
@@ -94,10 +94,7 @@ def run(args: argparse.Namespace) -> int:
         horizons = tuple(parse_duration(h) for h in args.horizons.split(",") if h.strip())
     except DataError as exc:
         raise ConfigError(str(exc), field="horizons") from exc
-    try:
-        min_history = parse_duration(args.min_history)
-    except DataError as exc:
-        raise ConfigError(f"--min-history: {exc}", field="min_history") from exc
+    min_history = positive_duration("--min-history", args.min_history)
     settings = EvaluationSettings(quantile=args.quantile, horizons=horizons, min_history=min_history)
     series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history,
                         timezone=args.timezone, max_missing=max_missing(args))

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from predictive_scaler.commands._flags import check_output, max_missing
+    from predictive_scaler.commands._flags import check_output, max_missing, positive_duration
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.evaluation import EvaluationSettings, planned_fits
     from predictive_scaler.forecasting.registry import parse_kinds
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     kinds = parse_kinds(args.models)
     try:
         horizon = parse_duration(args.horizon)
-        min_history = parse_duration(args.min_history)
     except DataError as exc:
-        raise ConfigError(str(exc), field="horizon") from exc
+        raise ConfigError(f"--horizon: {exc}", field="horizon") from exc
+    min_history = positive_duration("--min-history", args.min_history)
     name = args.name or Path(args.trace).stem
     series_name = args.series or name
     check_output("--out", args.out, directory=True)  # before the expensive training run

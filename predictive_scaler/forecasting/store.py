@@ -424,7 +424,8 @@ class ModelStore:
 
     def __init__(self, root: str | Path, *, keep: int = DEFAULT_KEEP, clock: Clock | None = None) -> None:
         if keep < 1:
-            raise ConfigError(f"model store must keep at least 1 version, got {keep}", field="keep")
+            raise ConfigError(f"model store must keep at least 1 version, got {keep}; use --keep 1 or more",
+                              field="keep")
         self.root = Path(root)
         self.keep = keep
         self.clock = clock or SystemClock()
