@@ -562,7 +562,10 @@ class ModelStore:
         )
 
     def _write_pointer(self, name: str, pointer: ServingPointer) -> None:
-        write_atomic(self._dir(name) / SERVING_FILE, _dump(pointer.to_dict()))
+        path = self._dir(name) / SERVING_FILE
+        if path.is_dir():  # damage: kept aside (never deleted), so the pointer can be written again
+            os.replace(path, path.with_name(f"{SERVING_FILE}.damaged-{uuid.uuid4().hex[:8]}"))
+        write_atomic(path, _dump(pointer.to_dict()))
 
     # reading
     def pointer_or_problem(self, name: str) -> tuple[ServingPointer | None, str | None]:
@@ -601,6 +604,9 @@ class ModelStore:
         pointer = self.pointer(name)
         if pointer is None:
             raise ModelError(f"model {name!r} has no serving version in {self.root}; {_RETRAIN} --out {self.root}")
+        if not self.version_dir(name, pointer.version).is_dir():
+            raise ModelError(f"model {name!r}: the serving version {pointer.version} is gone (deleted or pruned) — "
+                             f"the serving pointer is damaged; {_REPAIR}")
         loaded = load_artifact(self.version_dir(name, pointer.version), expected_series=expected_series)
         if loaded.manifest.sha256 != pointer.sha256:
             raise ModelError(

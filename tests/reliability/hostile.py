@@ -2,7 +2,8 @@
 
 A :class:`Case` names the files it writes into a fresh work directory (which also holds a good
 21-day trace ``good.csv`` and a model store ``store/`` with three versions of ``web``), the
-command line (``{d}`` is the work directory, ``{store}`` the store), the exit code, and the
+command line (``{d}`` is the work directory, ``{store}`` the store, ``{v[0]}`` … the versions of
+``web`` oldest first), the exit code, and the
 fragments its message must hold: what is wrong, where, and what to do. :func:`check` runs it with
 ``predictive_scaler.cli.main`` capturing stdout/stderr and asserts, besides those, that no
 traceback was printed and that nothing already stored changed — every file of the store and every
@@ -181,14 +182,16 @@ def check(case: Case, work: Path) -> Ran:
     write_files(work, case.files)
     store = work / "store"
     before_store, before_files = digest(store), digest(work)
-    argv = case.argv.format(d=work, store=store).split()
+    served = store / "web" / "versions"
+    v = sorted(p.name for p in served.iterdir() if not p.name.startswith(".")) if served.is_dir() else []
+    argv = case.argv.format(d=work, store=store, v=v).split()
     ran = run_cli(argv, case.env)
     where = f"[{case.id}] predictive-scaler {' '.join(argv)}\nstdout: {ran.out[-2000:]}\nstderr: {ran.err[-2000:]}"
     assert "Traceback" not in ran.text, where
     assert ran.code == case.code, where
     missing = [f for f in case.says if f not in ran.text]
     assert not missing, f"message lacks {missing}: {where}"
-    if case.code != 0:
+    if case.code == 2:
         assert ran.err.strip(), f"a refusal says why on stderr: {where}"
     if case.store_may_change:
         assert versions(store) >= {v for v in versions_from(before_store)}, f"a version was lost: {where}"
