@@ -183,9 +183,12 @@ def load_scalers_file(path: str | Path, *, default_namespace: str = "default") -
 
     p = Path(path)
     try:
-        docs = list(yaml.safe_load_all(p.read_text()))
+        docs = list(yaml.safe_load_all(p.read_text(encoding="utf-8")))
     except OSError as exc:
         raise ConfigError(f"cannot read scalers file {p}: {exc.strerror}", field="config") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"scalers file {p} is not UTF-8 text (byte {exc.start}); give a YAML file of "
+                          "PredictiveScaler manifests", field="config") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML ({exc}); fix the file", field="config") from exc
     items: list[Any] = []
