@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,7 +88,10 @@ def check_output(flag: str, path: str | Path, *, directory: bool) -> Path:
         if not existing.is_dir():
             raise ConfigError(f"{flag} {p}: {existing} is a file, not a directory, so nothing can be written "
                               f"under it; choose another {flag}", field=flag.lstrip("-").replace("-", "_"))
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {p}: {existing} is not writable by this user; choose another {flag} or fix "
-                          "its permissions", field=flag.lstrip("-").replace("-", "_"))
+    try:  # os.access says yes to root everywhere: write a probe file, as the real write will
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {p}: cannot write in {existing} ({exc.strerror or exc}); choose another {flag} "
+                          "or fix its permissions", field=flag.lstrip("-").replace("-", "_")) from exc
     return p

@@ -185,7 +185,7 @@ def check(case: Case, work: Path) -> Ran:
     served = store / "web" / "versions"
     v = sorted(p.name for p in served.iterdir() if not p.name.startswith(".")) if served.is_dir() else []
     argv = case.argv.format(d=work, store=store, v=v).split()
-    ran = run_cli(argv, case.env)
+    ran = run_cli(argv, {k: v.format(d=work, store=store) for k, v in case.env.items()})
     where = f"[{case.id}] predictive-scaler {' '.join(argv)}\nstdout: {ran.out[-2000:]}\nstderr: {ran.err[-2000:]}"
     assert "Traceback" not in ran.text, where
     assert ran.code == case.code, where
