@@ -422,14 +422,20 @@ def check_history(series: Series, min_history: timedelta | None, *,
             f"{min_history.total_seconds() / 86400:g} days required ({steps:,} step(s) of "
             f"{format_duration(series.step)} short); supply a longer trace or lower the bar with --min-history"
         )
-    if max_missing is not None and series.missing_fraction > max_missing:
-        observed = series.step * int(np.isfinite(series.values).sum())
-        raise InsufficientHistoryError(
-            f"{where}: {series.missing_fraction:.0%} of the {len(series):,} steps are missing (more than the "
-            f"{max_missing:.0%} allowed): {days_text(observed, min_history)} observed in the "
-            f"{days_text(series.span, min_history)} the trace spans; fill the gaps (export the trace again from a "
-            "source that has them), or accept more missing steps with --max-missing"
-        )
+    check_missing(series, max_missing)
+
+
+def check_missing(series: Series, max_missing: float | None) -> None:
+    """Refuse a series with more than ``max_missing`` of its steps missing (``--max-missing``)."""
+    if max_missing is None or series.missing_fraction <= max_missing:
+        return
+    observed = series.step * int(np.isfinite(series.values).sum())
+    raise InsufficientHistoryError(
+        f"{series.source or series.name}: {series.missing_fraction:.0%} of the {len(series):,} steps are missing "
+        f"(more than the {max_missing:.0%} allowed): {observed.total_seconds() / 86400:.1f} days observed in the "
+        f"{series.span.total_seconds() / 86400:.1f} days the trace spans; fill the gaps (export the trace again "
+        "from a source that has them), or accept more missing steps with --max-missing"
+    )
 
 
 def _parse_timestamps(col: pd.Series, source: str, first_row: int,

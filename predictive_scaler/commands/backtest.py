@@ -31,6 +31,8 @@ BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "backtests" / "traces" / "
 DEFAULT_HISTORY_DAYS = 21.0
 #: Share of missing steps accepted in a pulled history (the retraining job's default).
 DEFAULT_MAX_MISSING = 0.2
+#: Share of missing steps accepted in a trace file (series.DEFAULT_MAX_MISSING).
+TRACE_MAX_MISSING = 0.5
 
 
 def register(subparsers: Any) -> None:
@@ -57,8 +59,9 @@ def register(subparsers: Any) -> None:
                    help="with --prometheus: end of the history, ISO-8601 (default: now)")
     p.add_argument("--min-history", default="14d",
                    help="with --prometheus: observed history required (default 14d)")
-    p.add_argument("--max-missing", type=float, default=DEFAULT_MAX_MISSING,
-                   help=f"with --prometheus: largest share of missing steps accepted (default {DEFAULT_MAX_MISSING})")
+    p.add_argument("--max-missing", type=float, default=None,
+                   help=f"largest share of missing steps accepted (default {DEFAULT_MAX_MISSING} with --prometheus, "
+                        f"{TRACE_MAX_MISSING} for a trace file)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="with --prometheus: seconds per Prometheus request (default 30)")
     p.add_argument("--save-history", type=Path, default=None, metavar="FILE.csv",
@@ -275,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     from predictive_scaler.backtest.scenario import Scenario, load_scenario
     from predictive_scaler.commands._flags import check_output
     from predictive_scaler.errors import ConfigError, DataError
-    from predictive_scaler.series import load_trace, parse_duration, parse_timezone
+    from predictive_scaler.series import check_missing, load_trace, parse_duration, parse_timezone
 
     if args.prometheus is not None and args.trace is not None:
         raise ConfigError("--trace and --prometheus are two sources of demand; give one: --trace FILE for a "
@@ -296,6 +299,9 @@ def run(args: argparse.Namespace) -> int:
         check_output("--save-history", args.save_history, directory=False)
     if args.timezone is not None:
         parse_timezone(args.timezone)
+    if args.max_missing is not None and not 0.0 <= args.max_missing <= 1.0:
+        raise ConfigError(f"--max-missing {args.max_missing:g} is not a share; give one between 0 and 1",
+                          field="max_missing")
 
     scenario = load_scenario(args.scenario)
     target = pick_scaler(args.scaler, args.name) if args.scaler is not None else None
@@ -336,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None,
                            timezone=args.timezone)
+        check_missing(trace, TRACE_MAX_MISSING if args.max_missing is None else args.max_missing)
 
     bars: list[Any] = []
 
@@ -421,9 +428,10 @@ def _pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     query = demand_query(target.spec, target.namespace)
     where = f"{target.key}'s demand ({query}) from {args.prometheus}, {args.days:g} days to {end.isoformat()}"
     source = PrometheusSource(args.prometheus, timeout=args.timeout)
+    max_missing = DEFAULT_MAX_MISSING if args.max_missing is None else args.max_missing
     try:
         series = history_for_scaler(source, target.spec, end, args.days, namespace=target.namespace,
-                                    min_history=min_history, max_missing_fraction=args.max_missing)
+                                    min_history=min_history, max_missing_fraction=max_missing)
     except InsufficientHistoryError as exc:
         raise InsufficientHistoryError(f"{where}: {exc}; pull more with --days, check --end, or wait until "
                                        "the metric has 14 days") from exc

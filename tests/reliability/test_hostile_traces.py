@@ -217,6 +217,8 @@ CASES: list[Case] = [
           "fill the gaps", "--max-missing"), {"t.csv": with_gaps(0.95)}),
     Case("ninety-five-percent-missing-evaluate", "evaluate --trace {d}/t.csv --models persistence", 2,
          ("95% of the", "--max-missing"), {"t.csv": with_gaps(0.95)}),
+    Case("ninety-five-percent-missing-backtest", "backtest --trace {d}/t.csv --no-progress", 2,
+         ("95% of the", "more than the 50% allowed", "--max-missing"), {"t.csv": with_gaps(0.95)}),
     Case("all-missing", TRAIN, 2, ("100% of the", "missing"),
          {"t.csv": csv([(t, "NaN") for t, _ in rows()])}),
     Case("max-missing-not-a-share", TRAIN + " --max-missing 1.5", 2,
