@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 DEFAULT_MAX_MISSING = 0.5
 
 
-def parse_time_flag(flag: str, text: str) -> pd.Timestamp:
-    """The value of a time flag (``--at``, ``--end``, ``--now``) as UTC; naive times are UTC."""
+def parse_time_flag(flag: str, text: str, timezone: str | None = None) -> pd.Timestamp:
+    """The value of a time flag (``--at``, ``--end``, ``--now``) as UTC; naive times are in ``timezone``
+    (``--timezone``, as the trace's), else UTC."""
     import pandas as pd
 
     from predictive_scaler.series import to_utc
@@ -30,6 +31,14 @@ def parse_time_flag(flag: str, text: str) -> pd.Timestamp:
     if pd.isna(stamp):
         raise ConfigError(f"{flag} {text!r} is not a time; write ISO-8601, e.g. 2026-03-01T00:00:00Z",
                           field=flag.lstrip("-").replace("-", "_"))
+    if stamp.tzinfo is None and timezone is not None:
+        from predictive_scaler.series import parse_timezone
+
+        try:
+            stamp = stamp.tz_localize(parse_timezone(timezone), ambiguous="raise", nonexistent="raise")
+        except ValueError as exc:
+            raise ConfigError(f"{flag} {text!r} does not exist or happens twice in {timezone} (a clock change); "
+                              "write it with its UTC offset", field=flag.lstrip("-").replace("-", "_")) from exc
     return to_utc(stamp)
 
 

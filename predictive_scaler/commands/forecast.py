@@ -23,7 +23,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", required=True, help="artifact directory, store entry, or store root with --name")
     p.add_argument("--name", help="model name when --model is a store root")
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file with the recent observations")
-    p.add_argument("--at", help="forecast as of this ISO-8601 time (default: the last step of the trace)")
+    p.add_argument("--at", help="forecast as of this ISO-8601 time (default: the last step of the trace); without an "
+                                "offset it is in --timezone, else UTC")
     p.add_argument("--horizon", default="30m", help="how far ahead, 5m–60m, a multiple of the model step (default 30m)")
     p.add_argument("--quantiles", default="0.5,0.95", help="probabilities to print (default 0.5,0.95)")
     p.add_argument("--series", help="refuse a model trained for another series than this one")
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         )
     series = load_trace(args.trace, value_kind=args.value_kind, min_history=None, timezone=args.timezone)
     if args.at:
-        at = parse_time_flag("--at", args.at)
+        at = parse_time_flag("--at", args.at, args.timezone)
         if not (series.start <= at <= series.last_time):
             raise ConfigError(
                 f"--at {at.isoformat()} is outside the trace ({series.start.isoformat()} – "

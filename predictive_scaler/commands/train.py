@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     check_output("--out", args.out, directory=True)  # before the expensive training run
     store = ModelStore(args.out, keep=args.keep)
     store.version_dir(name, "check")  # validates the name before an expensive training run
+    try:
+        store.version_dir(series_name, "check")  # the series name follows the same rules
+    except ConfigError as exc:
+        raise ConfigError(f"--series: {exc}", field="series") from exc
     series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history, name=series_name,
                         timezone=args.timezone, max_missing=max_missing(args))
     horizons = tuple(sorted({h for h in EvaluationSettings().horizons if h <= horizon} | {horizon}))

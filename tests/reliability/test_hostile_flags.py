@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.reliability.hostile import Case, Ran, check, csv, ids, rows
@@ -177,6 +178,14 @@ CASES: list[Case] = [
     flag("forecast-at-text", FORECAST + " --at yesterday", "--at 'yesterday' is not a time", "ISO-8601"),
     flag("forecast-at-outside", FORECAST + " --at 1999-01-01T00:00:00Z", "is outside the trace", "inside it"),
     flag("forecast-at-year-99999", FORECAST + " --at 99999-01-01", "--at '99999-01-01' is not a time"),
+    Case("forecast-at-in-timezone", FORECAST + " --at 2024-01-01T13:00:00 --timezone Europe/Berlin --json", 0,
+         ('"issued_at"',), then=lambda ran, work: None if json.loads(ran.out)["issued_at"].startswith(
+             "2024-01-01T12:00:00") else pytest.fail(ran.out)),
+    Case("forecast-at-skipped-local-time",
+         FORECAST.replace("good.csv", "t.csv") + " --at 2024-03-31T02:30:00 --timezone Europe/Berlin", 2,
+         ("--at '2024-03-31T02:30:00' does not exist or happens twice in Europe/Berlin", "UTC offset"),
+         {"t.csv": csv(rows(288, start=pd.Timestamp("2024-03-30T12:00:00Z")))}),
+    flag("train-series-traversal", TRAIN + " --series ../x", "--series", "invalid model name '../x'"),
     flag("forecast-series-mismatch", FORECAST + " --series other", "trained for series 'web', not 'other'"),
     flag("forecast-unknown-name", "forecast --model {store} --name nope --trace {d}/good.csv",
          "model 'nope' has no serving version"),
