@@ -36,6 +36,8 @@ CASES: list[Case] = [
     Case("report-checked-before-the-scenario", BACKTEST + " {d}/afile/r --scenario {d}/missing.yaml", 2,
          ("--report", "is a file"), FILE),
     Case("report-in-proc", BACKTEST + " /proc/predictive-scaler-report", 2, ("cannot write in /proc",)),
+    Case("retrain-store-under-a-file", "retrain --config {d}/missing.yaml --prometheus http://127.0.0.1:9 --store "
+         "{d}/afile/store", 2, ("--store", "afile is a file, not a directory"), FILE),
     Case("save-history-under-a-file", PULL + " {d}/afile/h.csv", 2, ("--save-history", "is a file, not a directory"),
          FILE),
     Case("save-history-is-a-directory", PULL + " {d}", 2, ("--save-history", "is a directory",
