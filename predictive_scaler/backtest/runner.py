@@ -101,7 +101,8 @@ def prepare(trace: Series, scenario: Scenario) -> Setup:
     if span < training + timedelta(days=1):
         raise InsufficientHistoryError(
             f"trace {trace.name!r} spans {span}; the backtest needs the {format_duration(training)} training "
-            "window plus at least 1 day to evaluate — use a longer trace (≥ 14 days)"
+            f"window plus at least 1 day to evaluate — use a trace of at least {format_duration(training + timedelta(days=1))}"
+            + (", or a shorter training window in the scenario" if scenario.training is not None else "")
         )
     if training.total_seconds() % trace.step_seconds:
         raise ConfigError(f"training window {format_duration(training)} is not a multiple of the trace step", field="training")

@@ -220,12 +220,17 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     except (UnicodeDecodeError, OSError) as exc:
         raise ConfigError(f"{p}: cannot be read as UTF-8 text ({exc}); give a YAML file such as "
                           "backtests/default.yaml", field="scenario") from exc
-    scenario = Scenario.from_dict(data, name=p.stem)
     # Validate the spec section now (capacity and step are placeholders until a trace is read).
     from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
 
-    build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
-               model_step=DEFAULT_MODEL_STEP)
+    try:
+        scenario = Scenario.from_dict(data, name=p.stem)
+        build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
+                   model_step=DEFAULT_MODEL_STEP)
+    except ConfigError as exc:
+        # Where (the file) and what to do, once, whatever setting refused.
+        raise type(exc)(f"{p}: {exc}; fix it in the scenario file (backtests/default.yaml lists every setting "
+                        "with its default)", field=exc.field) from exc
     return scenario
 
 

@@ -332,6 +332,12 @@ def run(args: argparse.Namespace) -> int:
             scenario = replace(scenario, **changes)
         except TypeError as exc:  # pragma: no cover - guarded by argparse
             raise ConfigError(str(exc)) from exc
+        except ConfigError as exc:
+            flag = "--" + (exc.field or "").replace("_", "-")
+            given = [f"--{k.replace('_', '-')}" for k in changes]
+            if flag in given:  # a flag's value refused: name the flag
+                raise type(exc)(f"{flag}: {exc}; give another value", field=exc.field) from exc
+            raise
     assert isinstance(scenario, Scenario)
 
     if args.prometheus is not None:

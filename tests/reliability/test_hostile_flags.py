@@ -27,7 +27,9 @@ def no_report(ran: Ran, work: Path) -> None:
 
 
 def scenario(text: str, *says: str, id: str) -> Case:
-    return Case(id, BACKTEST, 2, says, {"s.yaml": text}, then=no_report)
+    """A scenario setting refused: the message names the file, the setting, and where to look."""
+    where = ("s.yaml",) if "[[[" in text else ("s.yaml", "fix it in the scenario file")
+    return Case(id, BACKTEST, 2, (*where, *says), {"s.yaml": text}, then=no_report)
 
 
 def flag(id: str, argv: str, *says: str) -> Case:
@@ -96,7 +98,9 @@ CASES: list[Case] = [
     scenario("min_replicas: -1\n", "min_replicas must be ≥ 0", id="min-replicas-negative"),
     scenario("min_replicas: 5\nmax_replicas: 2\n", "max_replicas (2) must be ≥ min_replicas (5)", id="min-above-max"),
     scenario("training: 0\n", "training: 0 is not a positive duration", id="training-zero"),
-    scenario("training: 100d\n", "100d training window", "use a longer trace", id="training-longer-than-trace"),
+    Case("training-longer-than-trace", BACKTEST, 2, ("100d training window", "a trace of at least 101d",
+                                                      "a shorter training window in the scenario"),
+         {"s.yaml": "training: 100d\n"}, then=no_report),
     scenario("retrain_every: 0\n", "retrain_every: 0 is not a positive duration", id="retrain-every-zero"),
     scenario("quantile: 1.0\n", "quantile must be in [0.5, 1)", id="quantile-one"),
     scenario("quantile: 0\n", "quantile must be in [0.5, 1)", id="quantile-zero"),
@@ -139,10 +143,12 @@ CASES: list[Case] = [
     Case("scenario-missing", BACKTEST.replace("s.yaml", "nope.yaml"), 2, ("nope.yaml", "no such scenario file"),
          then=no_report),
     # -- flags of the other commands -----------------------------------------------------------------------
-    flag("peak-replicas-flag-zero", FLAGS + " --peak-replicas 0", "peak_replicas must be ≥ 1"),
-    flag("capacity-flag-negative", FLAGS + " --capacity-per-replica -1", "capacity_per_replica must be > 0"),
+    flag("peak-replicas-flag-zero", FLAGS + " --peak-replicas 0", "--peak-replicas:", "peak_replicas must be ≥ 1",
+         "give another value"),
+    flag("capacity-flag-negative", FLAGS + " --capacity-per-replica -1", "--capacity-per-replica:",
+         "capacity_per_replica must be > 0"),
     flag("capacity-flag-nan", FLAGS + " --capacity-per-replica nan", "capacity_per_replica must be > 0, got nan"),
-    flag("policies-flag-misspelt", FLAGS + " --policies predictive,reactiv", "did you mean 'reactive'"),
+    flag("policies-flag-misspelt", FLAGS + " --policies predictive,reactiv", "--policies:", "did you mean 'reactive'"),
     flag("policies-flag-empty", FLAGS + " --policies ,", "no policies"),
     flag("timezone-flag-unknown", FLAGS + " --timezone Mars/Olympus", "--timezone 'Mars/Olympus' is not a time zone"),
     flag("end-without-prometheus", FLAGS + " --end 2024-01-01", "--end applies to --prometheus history only"),
