@@ -240,14 +240,17 @@ def _split(total: float, *parts: tuple[str, float]) -> dict[str, float]:
 
 def pick_scaler(path: Path, name: str | None) -> ScalerTarget:
     """The one PredictiveScaler of ``path`` (or the one called ``name``), with a valid spec."""
-    from predictive_scaler.errors import ConfigError
+    from predictive_scaler.errors import ConfigError, did_you_mean
     from predictive_scaler.retrain import load_scalers_file
 
-    targets = load_scalers_file(path)
+    every = load_scalers_file(path)
+    targets = every
     if name is not None:
-        targets = [t for t in targets if name in (t.name, t.key)]
+        targets = [t for t in every if name in (t.name, t.key)]
         if not targets:
-            raise ConfigError(f"{path} holds no PredictiveScaler named {name!r}", field="name")
+            raise ConfigError(f"{path} holds no PredictiveScaler named {name!r}; "
+                              f"{did_you_mean(name, [t.name for t in every])}it holds "
+                              f"{', '.join(t.key for t in every)}", field="name")
     if len(targets) > 1:
         raise ConfigError(f"{path} holds {len(targets)} PredictiveScalers ({', '.join(t.key for t in targets)}); "
                           "choose one with --name", field="name")

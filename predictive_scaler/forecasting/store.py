@@ -53,7 +53,7 @@ import pandas as pd
 
 from predictive_scaler import __version__
 from predictive_scaler.clock import Clock, SystemClock
-from predictive_scaler.errors import ConfigError, ModelError
+from predictive_scaler.errors import ConfigError, ModelError, did_you_mean
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.series import Series, to_utc
@@ -603,7 +603,10 @@ class ModelStore:
         """The serving model, verified (hash, format, series) against manifest and pointer."""
         pointer = self.pointer(name)
         if pointer is None:
-            raise ModelError(f"model {name!r} has no serving version in {self.root}; {_RETRAIN} --out {self.root}")
+            others = [n for n in self.names() if n != name]
+            hint = did_you_mean(name, others) if others and not self._versions(name).is_dir() else ""
+            raise ModelError(f"model {name!r} has no serving version in {self.root}; {hint}{_RETRAIN} --out "
+                             f"{self.root}")
         if not self.version_dir(name, pointer.version).is_dir():
             raise ModelError(f"model {name!r}: the serving version {pointer.version} is gone (deleted or pruned) — "
                              f"the serving pointer is damaged; {_REPAIR}")

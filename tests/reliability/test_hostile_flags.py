@@ -195,6 +195,8 @@ CASES: list[Case] = [
     flag("forecast-series-mismatch", FORECAST + " --series other", "trained for series 'web', not 'other'"),
     flag("forecast-unknown-name", "forecast --model {store} --name nope --trace {d}/good.csv",
          "model 'nope' has no serving version"),
+    flag("forecast-misspelt-name", "forecast --model {store} --name wbe --trace {d}/good.csv",
+         "model 'wbe' has no serving version", "did you mean 'web'"),
 ]
 
 

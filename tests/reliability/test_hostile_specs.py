@@ -92,7 +92,9 @@ CASES: list[Case] = [
          {"scaler.yaml": "kind: ConfigMap\nmetadata: {name: x}\n"}),
     Case("scaler-without-name", BACKTEST, 2, ("has no metadata.name", "add one"),
          {"scaler.yaml": "kind: PredictiveScaler\nspec: {}\n"}),
-    Case("scaler-name-not-in-file", BACKTEST + " --name other", 2, ("holds no PredictiveScaler named 'other'",),
+    Case("scaler-name-not-in-file", BACKTEST + " --name other", 2, ("holds no PredictiveScaler named 'other'",
+                                                                     "it holds ml/web"), {"scaler.yaml": manifest()}),
+    Case("scaler-name-misspelt", BACKTEST + " --name wbe", 2, ("named 'wbe'", "did you mean 'web'"),
          {"scaler.yaml": manifest()}),
 ]
 
