@@ -182,8 +182,13 @@ def load_scalers_file(path: str | Path, *, default_namespace: str = "default") -
     import yaml
 
     p = Path(path)
+    from predictive_scaler.yaml_input import check_size
+
     try:
-        docs = list(yaml.safe_load_all(p.read_text(encoding="utf-8")))
+        docs = check_size(list(yaml.safe_load_all(p.read_text(encoding="utf-8"))), str(p), field="config")
+    except RecursionError as exc:
+        raise ConfigError(f"scalers file {p} is nested too deeply to read; check that it holds PredictiveScaler "
+                          "manifests", field="config") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read scalers file {p}: {exc.strerror}", field="config") from exc
     except UnicodeDecodeError as exc:

@@ -213,10 +213,14 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     if not p.is_file():
         raise ConfigError(f"{p}: is a directory, not a scenario file; give a YAML file such as "
                           "backtests/default.yaml", field="scenario")
+    from predictive_scaler.yaml_input import check_size
+
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = check_size(yaml.safe_load(p.read_text(encoding="utf-8")), str(p), field="scenario") or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax", field="scenario") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{p}: nested too deeply to read; check that it is a scenario file", field="scenario") from exc
     except (UnicodeDecodeError, OSError) as exc:
         raise ConfigError(f"{p}: cannot be read as UTF-8 text ({exc}); give a YAML file such as "
                           "backtests/default.yaml", field="scenario") from exc

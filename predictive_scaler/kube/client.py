@@ -1027,6 +1027,8 @@ def check_kubeconfig(path: str | None, context: str | None = None) -> None:
 
     import yaml
 
+    from predictive_scaler.yaml_input import check_size
+
     files = [path] if path else [f for f in os.environ.get("KUBECONFIG", "").split(os.pathsep) if f]
     if not files:
         files = [os.path.expanduser("~/.kube/config")]
@@ -1044,7 +1046,10 @@ def check_kubeconfig(path: str | None, context: str | None = None) -> None:
         try:
             with open(f, "rb") as fh:
                 text = fh.read(10 * 1024 * 1024).decode("utf-8")
-            doc = yaml.safe_load(text)
+            doc = check_size(yaml.safe_load(text), f"kubeconfig {f}", field="kubeconfig")
+        except RecursionError as exc:
+            raise ConfigError(f"kubeconfig {f}: nested too deeply to read; give your kubeconfig file",
+                              field="kubeconfig") from exc
         except UnicodeDecodeError as exc:
             raise ConfigError(f"kubeconfig {f}: not text (not UTF-8 at byte {exc.start}); give a kubeconfig "
                               "YAML file (`kubectl config view --raw` prints one)", field="kubeconfig") from exc

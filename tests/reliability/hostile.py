@@ -36,6 +36,9 @@ from predictive_scaler.series import Series
 GOOD_DAYS = 21
 STEP = 300
 START = pd.Timestamp("2024-01-01T00:00:00Z")
+#: "Billion laughs": eight levels of nine aliases, 48 million values once expanded, in 400 bytes.
+BOMB = ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh", strict=True)))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.reliability.hostile import Case, Ran, check, csv, ids, rows
+from tests.reliability.hostile import BOMB, Case, Ran, check, csv, ids, rows
 
 BACKTEST = "backtest --scenario {d}/s.yaml --trace {d}/good.csv --no-progress --report {d}/report"
 FLAGS = "backtest --trace {d}/good.csv --no-progress --report {d}/report"
@@ -52,6 +52,8 @@ def json_notes(*fragments: str) -> Callable[[Ran, Path], None]:
             assert f in notes, f"--json notes lack {f!r}: {notes}"
     return then
 
+
+DEEP = "a: " + "[" * 3000 + "]" * 3000 + "\n"
 
 SMALL = "forecasters: [persistence]\npolicies: [predictive, reactive]\nevaluation: 6h\n"
 
@@ -136,6 +138,9 @@ CASES: list[Case] = [
     # -- the scenario file itself --------------------------------------------------------------------
     scenario("- a\n- b\n", "expected a mapping of settings, got list", id="scenario-is-a-list"),
     scenario("[[[\n", "not valid YAML", "fix the syntax", id="scenario-not-yaml"),
+    Case("scenario-alias-bomb", BACKTEST, 2, ("s.yaml", "YAML aliases expand to", "without anchors"),
+         {"s.yaml": BOMB + "forecasters: *h\n"}, then=no_report),
+    Case("scenario-nested-too-deep", BACKTEST, 2, ("s.yaml", "nested too deeply"), {"s.yaml": DEEP}, then=no_report),
     Case("scenario-binary", BACKTEST, 2, ("s.yaml", "cannot be read as UTF-8"), {"s.yaml": b"\xff\xfe\x00\x01"},
          then=no_report),
     Case("scenario-is-a-directory", BACKTEST.replace("{d}/s.yaml", "{d}"), 2,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.reliability.hostile import Case, check, ids
+from tests.reliability.hostile import BOMB, Case, check, ids
 
 CONTROLLER = "controller --kubeconfig {d}/kc --prometheus-url http://127.0.0.1:9 --model-store {store}"
 RETRAIN = "retrain --in-cluster --kubeconfig {d}/kc --store {store} --prometheus http://127.0.0.1:9"
@@ -36,6 +36,7 @@ CASES: list[Case] = [
     kc("not-utf8", b"\x00\x01\xff\xfe binary", "kubeconfig", "not text (not UTF-8", "kubectl config view --raw"),
     kc("not-yaml", "apiVersion: v1\nclusters: [\n", "not valid YAML at line 3", "export it again"),
     kc("not-yaml-retrain", "apiVersion: v1\nclusters: [\n", "not valid YAML", argv=RETRAIN),
+    kc("alias-bomb", BOMB, "kubeconfig", "YAML aliases expand to", "without anchors"),
     kc("a-list", "- a\n- b\n", "a kubeconfig is a YAML mapping", "this is a list"),
     kc("a-string", "hello\n", "a kubeconfig is a YAML mapping", "this is a str"),
     kc("empty", "", "cannot load Kubernetes credentials", "empty", "pass another --kubeconfig"),

@@ -25,7 +25,7 @@ from predictive_scaler.series import Series
 from tests.fakes import FakeMetrics
 from tests.kube.fake_apiserver import FakeApiServer
 from tests.reliability.harness import World
-from tests.reliability.hostile import Case, check, ids
+from tests.reliability.hostile import BOMB, Case, check, ids
 
 BACKTEST = "backtest --trace {d}/good.csv --scaler {d}/scaler.yaml --no-progress --report {d}/report"
 BASE: dict[str, Any] = {
@@ -86,6 +86,8 @@ CASES: list[Case] = [
     spec("spec-not-a-mapping", "must be an object", target="web"),
     Case("scaler-file-not-yaml", BACKTEST, 2, ("scaler.yaml is not valid YAML", "fix the file"),
          {"scaler.yaml": "kind: [PredictiveScaler\n"}),
+    Case("scaler-file-alias-bomb", BACKTEST, 2, ("scaler.yaml", "YAML aliases expand to", "without anchors"),
+         {"scaler.yaml": BOMB}),
     Case("scaler-file-binary", BACKTEST, 2, ("not UTF-8 text", "YAML file of PredictiveScaler manifests"),
          {"scaler.yaml": b"\xff\xfe\x00garbage"}),
     Case("scaler-file-no-scalers", BACKTEST, 2, ("holds no PredictiveScaler manifests",),
