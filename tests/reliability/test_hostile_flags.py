@@ -20,6 +20,8 @@ FLAGS = "backtest --trace {d}/good.csv --no-progress --report {d}/report"
 TRAIN = "train --trace {d}/good.csv --out {store} --name web --models persistence"
 EVALUATE = "evaluate --trace {d}/good.csv --models persistence"
 FORECAST = "forecast --model {store}/web --trace {d}/good.csv"
+#: A kubeconfig that stops the controller before it starts, should a setting slip through.
+CONTROLLER = "controller --kubeconfig {d}/kc --prometheus-url http://127.0.0.1:9 --model-store {store}"
 
 
 def no_report(ran: Ran, work: Path) -> None:
@@ -197,6 +199,19 @@ CASES: list[Case] = [
          ("--at '2024-03-31T02:30:00' does not exist or happens twice in Europe/Berlin", "UTC offset"),
          {"t.csv": csv(rows(288, start=pd.Timestamp("2024-03-30T12:00:00Z")))}),
     flag("train-series-traversal", TRAIN + " --series ../x", "--series", "invalid model name '../x'"),
+    *(Case(f"controller-{id}", CONTROLLER + " " + argv, 2, says, {"kc": "clusters: [\n"}, env={"KUBECONFIG": ""})
+      for id, argv, says in [
+          ("interval-zero", "--interval 0", ("reconcile interval 0.0 s is outside 5–600 s", "default is 60")),
+          ("interval-nan", "--interval nan", ("reconcile interval nan s",)),
+          ("interval-huge", "--interval 100000", ("outside 5–600 s",)),
+          ("metrics-port-huge", "--metrics-port 70000", ("metrics-port 70000 is not a TCP port",)),
+          ("metrics-port-negative", "--metrics-port=-1", ("metrics-port -1 is not a TCP port",)),
+          ("budget-gpus-negative", "--cluster-budget-gpus=-1", ("cluster budget GPUs must be a whole number ≥ 0",)),
+          ("budget-cost-nan", "--cluster-budget-cost-per-hour nan", ("must be a finite number ≥ 0, got nan",)),
+      ]),
+    Case("controller-prometheus-url-not-a-url", CONTROLLER.replace("http://127.0.0.1:9", "notaurl"), 2,
+         ("Prometheus URL 'notaurl' must start with http:// or https://",), {"kc": "clusters: [\n"},
+         env={"KUBECONFIG": ""}),
     flag("forecast-series-mismatch", FORECAST + " --series other", "trained for series 'web', not 'other'"),
     flag("forecast-unknown-name", "forecast --model {store} --name nope --trace {d}/good.csv",
          "model 'nope' has no serving version"),
