@@ -8,7 +8,9 @@ reported is lost while it serves; and `models verify` passes at the end.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +38,7 @@ def test_six_writers_four_rounds_keep_one(tmp_path: Path) -> None:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     script = console_script()
     started = time.perf_counter()
+    reported: set[str] = set()
     for round_ in range(ROUNDS):
         procs = [subprocess.Popen([script, "train", "--trace", str(t), "--out", str(store), "--name", "web",
                                    "--series", "web", "--models", "persistence", "--keep", "1",
@@ -58,8 +61,13 @@ def test_six_writers_four_rounds_keep_one(tmp_path: Path) -> None:
                 assert err.startswith("error: ") and ("; " in err or " — " in err), f"unclear: {err}"
             if p in procs and p.returncode == 0:
                 ok += 1
-                assert "(serving)" in out
+                found = re.search(r"^version (\S+) \(serving\)", out, re.M)
+                assert found, out
+                reported.add(found.group(1))
         assert ok >= 1, f"round {round_}: no writer succeeded"
+        serving = json.loads((store / "web" / "serving").read_text())["version"]
+        assert serving in reported, f"round {round_}: serving {serving}, which no writer published"
+        assert (store / "web" / "versions" / serving).is_dir(), f"round {round_}: the serving version is gone"
         forecast = run_cli(["forecast", "--model", str(store / "web"), "--trace", str(traces[0])])
         assert forecast.code == 0, f"round {round_}: forecast from the serving version: {forecast.err}"
         leftovers = [p.name for p in (store / "web" / "versions").iterdir() if p.name.startswith(".tmp-")]
