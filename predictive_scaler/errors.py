@@ -7,6 +7,8 @@ and re-raised ``from exc`` so the original cause stays in the traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class ScalerError(Exception):
     """Base of every error predictive-scaler raises on purpose."""
@@ -78,3 +80,13 @@ class ThrottledError(ClusterError):
 
 class ShuttingDown(ScalerError):
     """The process is stopping (SIGTERM): the current period is abandoned before it wrote anything."""
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """``"did you mean 'x'? "`` for the choices closest to a misspelt ``word``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(choices), n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return f"did you mean {' or '.join(repr(c) for c in close)}? "

@@ -183,10 +183,18 @@ def load_scalers_file(path: str | Path, *, default_namespace: str = "default") -
     import yaml
 
     p = Path(path)
+    from predictive_scaler.yaml_input import check_size
+
     try:
-        docs = list(yaml.safe_load_all(p.read_text()))
+        docs = check_size(list(yaml.safe_load_all(p.read_text(encoding="utf-8"))), str(p), field="config")
+    except RecursionError as exc:
+        raise ConfigError(f"scalers file {p} is nested too deeply to read; check that it holds PredictiveScaler "
+                          "manifests", field="config") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read scalers file {p}: {exc.strerror}", field="config") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"scalers file {p} is not UTF-8 text (byte {exc.start}); give a YAML file of "
+                          "PredictiveScaler manifests", field="config") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML ({exc}); fix the file", field="config") from exc
     items: list[Any] = []

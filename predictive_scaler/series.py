@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import warnings
+import zoneinfo
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,13 +23,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictive_scaler.errors import DataError, InsufficientHistoryError
+from predictive_scaler.errors import ConfigError, DataError, InsufficientHistoryError, did_you_mean
 
 #: History the models need by default: two full weeks, so the weekly cycle is seen twice.
 DEFAULT_MIN_HISTORY = timedelta(days=14)
 
 # Epoch seconds of year 5138 — anything larger is almost surely milliseconds.
 _EPOCH_MS_THRESHOLD = 1e11
+#: Most steps a trace's grid may hold (19 years at one minute, 80 MB): a trace spanning more is
+#: almost surely a typo in a year, and is refused before anything that size is allocated.
+MAX_GRID_STEPS = 10_000_000
+#: Longest duration a flag or setting may give (a century): longer is a typo, and overflows.
+_MAX_DURATION_SECONDS = 100 * 365.25 * 86400
+#: Largest share of missing steps a trace may have when its history is checked (``--max-missing``).
+DEFAULT_MAX_MISSING = 0.5
+#: Times this tool can hold (nanosecond timestamps): years 1678 to 2261.
+_FIRST_TIME = pd.Timestamp("1678-01-01", tz="UTC")
+_LAST_TIME = pd.Timestamp("2261-12-31", tz="UTC")
+# An ISO-8601 time of day followed by Z or a numeric UTC offset.
+_HAS_OFFSET = re.compile(r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$")
 
 
 class ValueKind(enum.StrEnum):
@@ -188,17 +202,19 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if isinstance(text, int | float) and not isinstance(text, bool):
         if not math.isfinite(text):
             raise DataError(f"duration must be finite, got {text!r}")
-        return timedelta(seconds=float(text))
-    s = str(text).strip().lower()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    try:
-        if s and s[-1] in units:
-            return timedelta(seconds=float(s[:-1]) * units[s[-1]])
-        return timedelta(seconds=float(s))
-    except ValueError:
-        raise DataError(
-            f"cannot read duration {text!r}: write a number with a unit, e.g. 30s, 10m, 2h, 14d"
-        ) from None
+        seconds = float(text)
+    else:
+        s = str(text).strip().lower()
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+        try:
+            seconds = float(s[:-1]) * units[s[-1]] if s and s[-1] in units else float(s)
+        except ValueError:
+            raise DataError(
+                f"cannot read duration {text!r}: write a number with a unit, e.g. 30s, 10m, 2h, 14d"
+            ) from None
+    if not math.isfinite(seconds) or abs(seconds) > _MAX_DURATION_SECONDS:
+        raise DataError(f"duration {text!r} is not a usable length of time; write one such as 30s, 10m, 2h, 14d")
+    return timedelta(seconds=seconds)
 
 
 def format_duration(delta: timedelta) -> str:
@@ -217,15 +233,28 @@ def load_trace(
     value_kind: ValueKind | str = ValueKind.RATE,
     min_history: timedelta | None = DEFAULT_MIN_HISTORY,
     name: str | None = None,
+    timezone: str | None = None,
+    max_missing: float | None = DEFAULT_MAX_MISSING,
 ) -> Series:
     """Read a ``timestamp,value`` CSV or Parquet trace onto its own regular grid.
 
-    ``min_history`` below 14 days is allowed but warned about; ``None`` disables the check.
+    ``min_history`` below 14 days is allowed but warned about; ``None`` disables the check (and
+    the ``max_missing`` share of missing steps that comes with it). Timestamps without a UTC
+    offset are refused unless ``timezone`` (an IANA name such as ``Europe/Berlin`` or ``UTC``)
+    says where they were written; a file mixing both is always refused.
     """
     p = Path(path)
     kind = ValueKind(value_kind)
+    zone = parse_timezone(timezone) if timezone is not None else None
     if not p.exists():
         raise DataError(f"{p}: no such file; give the path of a timestamp,value CSV or Parquet trace")
+    if p.is_dir():
+        inside = sorted(q.name for q in p.iterdir() if q.suffix.lower() in (".csv", ".parquet", ".pq"))[:3]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise DataError(f"{p}: is a directory, not a trace file{hint}; give the path of one timestamp,value "
+                        "CSV or Parquet file")
+    if not p.is_file():
+        raise DataError(f"{p}: not a regular file; give the path of a timestamp,value CSV or Parquet file")
     if p.suffix.lower() in (".parquet", ".pq"):
         try:
             frame = pd.read_parquet(p)
@@ -233,15 +262,62 @@ def load_trace(
             raise DataError(f"{p}: not a readable Parquet file ({exc}); export it again as timestamp,value") from exc
         header_rows = 0
     else:
+        _sniff_text(p)
         try:
             frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
         except pd.errors.EmptyDataError as exc:
             raise DataError(f"{p}: the file is empty; a trace needs a 'timestamp,value' header and rows") from exc
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            raise DataError(f"{p}: not a readable CSV file ({exc}); write one 'timestamp,value' pair per line") from exc
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+            raise DataError(f"{p}: not a readable CSV file ({exc}); write one 'timestamp,value' pair per line"
+                            ) from exc
+        except OSError as exc:
+            raise DataError(f"{p}: cannot be read ({exc.strerror or exc}); check the path and its permissions"
+                            ) from exc
         header_rows = 1
     return series_from_frame(frame, source=str(p), value_kind=kind, min_history=min_history,
-                             name=name or p.stem, first_row=header_rows + 1)
+                             name=name or p.stem, first_row=header_rows + 1, timezone=zone,
+                             max_missing=max_missing)
+
+
+def _sniff_text(p: Path) -> None:
+    """Refuse, naming what it is, a file that is not UTF-8 CSV text (compressed, UTF-16, binary)."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(65536)
+    except OSError as exc:
+        raise DataError(f"{p}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from exc
+    what = None
+    if head[:2] == b"\x1f\x8b":
+        what = "gzip-compressed; decompress it first (gunzip)"
+    elif head[:4] == b"PK\x03\x04":
+        what = "a ZIP archive; extract the CSV from it first"
+    elif head[:4] == b"PAR1":
+        what = "a Parquet file; name it .parquet"
+    elif head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        what = "UTF-16 text; save it as UTF-8"
+    elif b"\x00" in head:
+        what = "binary (it holds NUL bytes), not CSV text; give a timestamp,value CSV or Parquet file"
+    else:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.start < len(head) - 4:  # not just a character cut at the end of the sample
+                what = (f"not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); save it as UTF-8")
+    if what is not None:
+        raise DataError(f"{p}: the file is {what}")
+
+
+def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
+    """The IANA time zone ``name`` (``--timezone``); a ConfigError with the nearest names otherwise."""
+    try:
+        return zoneinfo.ZoneInfo(name.strip())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        hint = did_you_mean(name.strip(), sorted(zoneinfo.available_timezones()))
+        raise ConfigError(
+            f"--timezone {name!r} is not a time zone; {hint}give an IANA name such as UTC, Europe/Berlin or "
+            "America/New_York",
+            field="timezone",
+        ) from None
 
 
 def series_from_frame(
@@ -252,18 +328,25 @@ def series_from_frame(
     min_history: timedelta | None = DEFAULT_MIN_HISTORY,
     name: str = "series",
     first_row: int = 1,
+    timezone: zoneinfo.ZoneInfo | None = None,
+    max_missing: float | None = DEFAULT_MAX_MISSING,
 ) -> Series:
-    cols = [str(c).strip().lower() for c in frame.columns]
+    cols = [str(c).strip().lower().lstrip("\ufeff") for c in frame.columns]
     if cols != ["timestamp", "value"]:
+        hint = ""
+        if len(cols) == 1 and any(sep in cols[0] for sep in (";", "\t", "|")):
+            hint = " (the columns look separated by something other than a comma: use commas)"
+        elif cols and _one_time(cols[0], bounded=False) is not None:
+            hint = " (the first line looks like data: add a 'timestamp,value' header line)"
         raise DataError(
-            f"{source}: wrong columns {list(frame.columns)}; a trace has exactly two columns named "
+            f"{source}: wrong columns {list(frame.columns)}{hint}; a trace has exactly two columns named "
             "'timestamp' and 'value'"
         )
     frame.columns = ["timestamp", "value"]
     if len(frame) == 0:
         raise DataError(f"{source}: the file has a header but no rows; add timestamp,value rows")
 
-    times = _parse_timestamps(frame["timestamp"], source, first_row)
+    times = _parse_timestamps(frame["timestamp"], source, first_row, timezone)
     values = _parse_values(frame["value"], source, first_row, value_kind)
 
     times = times.as_unit("ns")
@@ -290,16 +373,37 @@ def series_from_frame(
             "other rows follow; resample the trace to one regular step"
         )
     idx = (ns - ns[0]) // step_ns
-    grid = np.full(int(idx[-1]) + 1, np.nan)
+    steps = int(idx[-1]) + 1
+    if steps > MAX_GRID_STEPS:
+        far = int(np.flatnonzero(idx > MAX_GRID_STEPS - 1)[0])
+        raise DataError(
+            f"{source}: row {far + first_row}: timestamp {times[far]} is "
+            f"{(times[far] - times[0]).days:,} days after the first row ({times[0]}): at the "
+            f"{step_ns // 10**9}s step the trace would span {steps:,} steps, more than the "
+            f"{MAX_GRID_STEPS:,} a trace may hold; check that row's year, or cut the trace into shorter files"
+        )
+    grid = np.full(steps, np.nan)
     grid[idx] = values
     series = Series(values=grid, start=times[0], step_seconds=step_ns // 10**9, name=name,
                     value_kind=value_kind, source=source)
-    check_history(series, min_history)
+    check_history(series, min_history, max_missing=max_missing)
     return series
 
 
-def check_history(series: Series, min_history: timedelta | None) -> None:
-    """Refuse a series shorter than ``min_history``; warn when the bar is set below 14 days."""
+def days_text(delta: timedelta, other: timedelta) -> str:
+    """``delta`` in days, precise enough never to print the same figure as ``other``."""
+    have, need = delta.total_seconds() / 86400, other.total_seconds() / 86400
+    for digits in (1, 3, 5):
+        text = f"{have:.{digits}f}"
+        if float(text) != need or have == need:
+            return f"{text} days"
+    return f"{format_duration(delta)}"
+
+
+def check_history(series: Series, min_history: timedelta | None, *,
+                  max_missing: float | None = DEFAULT_MAX_MISSING) -> None:
+    """Refuse a series shorter than ``min_history`` or with more than ``max_missing`` of its steps
+    missing; warn when the bar is set below 14 days."""
     if min_history is None:
         return
     if min_history < DEFAULT_MIN_HISTORY:
@@ -309,22 +413,43 @@ def check_history(series: Series, min_history: timedelta | None) -> None:
             UserWarning,
             stacklevel=3,
         )
+    where = series.source or series.name
     if series.span < min_history:
-        have = series.span.total_seconds() / 86400
-        need = min_history.total_seconds() / 86400
+        short = min_history - series.span
+        steps = math.ceil(short.total_seconds() / series.step_seconds)
         raise InsufficientHistoryError(
-            f"{series.source or series.name}: insufficient history: {have:.1f} days < {need:g} days "
-            "required; supply a longer trace or lower the bar with --min-history"
+            f"{where}: insufficient history: {days_text(series.span, min_history)} < "
+            f"{min_history.total_seconds() / 86400:g} days required ({steps:,} step(s) of "
+            f"{format_duration(series.step)} short); supply a longer trace or lower the bar with --min-history"
         )
+    check_missing(series, max_missing)
 
 
-def _parse_timestamps(col: pd.Series, source: str, first_row: int) -> pd.DatetimeIndex:
+def check_missing(series: Series, max_missing: float | None) -> None:
+    """Refuse a series with more than ``max_missing`` of its steps missing (``--max-missing``)."""
+    if max_missing is None or series.missing_fraction <= max_missing:
+        return
+    observed = series.step * int(np.isfinite(series.values).sum())
+    raise InsufficientHistoryError(
+        f"{series.source or series.name}: {series.missing_fraction:.0%} of the {len(series):,} steps are missing "
+        f"(more than the {max_missing:.0%} allowed): {observed.total_seconds() / 86400:.1f} days observed in the "
+        f"{series.span.total_seconds() / 86400:.1f} days the trace spans; fill the gaps (export the trace again "
+        "from a source that has them), or accept more missing steps with --max-missing"
+    )
+
+
+def _parse_timestamps(col: pd.Series, source: str, first_row: int,
+                      timezone: zoneinfo.ZoneInfo | None = None) -> pd.DatetimeIndex:
     if pd.api.types.is_datetime64_any_dtype(col):
         ts = pd.DatetimeIndex(col)
         if ts.isna().any():
             i = int(np.flatnonzero(ts.isna())[0])
             raise DataError(f"{source}: row {i + first_row}: empty timestamp; every row needs one")
-        return ts.tz_localize("UTC") if ts.tz is None else ts.tz_convert("UTC")
+        if ts.tz is None:
+            if timezone is None:
+                raise DataError(_naive_message(source, first_row, str(ts[0]), "the timestamp column has no time zone"))
+            return _localize(ts, timezone, source, first_row)
+        return _in_range(ts.tz_convert("UTC"), source, first_row)
     text = col.astype(str).str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
     if numeric.notna().all():
@@ -335,21 +460,108 @@ def _parse_timestamps(col: pd.Series, source: str, first_row: int) -> pd.Datetim
                 f"{source}: row {i + first_row}: timestamp {text.iloc[i]} looks like epoch milliseconds; "
                 "write epoch seconds (divide by 1000) or ISO-8601 times"
             )
-        return pd.DatetimeIndex(pd.to_datetime(numeric.to_numpy(dtype=float), unit="s", utc=True))
+        seconds = numeric.to_numpy(dtype=float)
+        out = np.flatnonzero((seconds < _FIRST_TIME.timestamp()) | (seconds > _LAST_TIME.timestamp()))
+        if out.size:
+            i = int(out[0])
+            raise DataError(_range_message(source, i + first_row, text.iloc[i]))
+        return pd.DatetimeIndex(pd.to_datetime(seconds, unit="s", utc=True))
     if numeric.notna().any():
         i = int(np.flatnonzero(numeric.isna().to_numpy())[0])
         raise DataError(
             f"{source}: row {i + first_row}: timestamp {text.iloc[i]!r} mixes with epoch-second rows; "
             "use one format for the whole file"
         )
-    parsed = pd.to_datetime(text, errors="coerce", utc=True, format="ISO8601")
-    if parsed.isna().any():
-        i = int(np.flatnonzero(parsed.isna().to_numpy())[0])
+    empty = np.flatnonzero((text == "").to_numpy())
+    if empty.size:
+        raise DataError(f"{source}: row {int(empty[0]) + first_row}: empty timestamp; every row needs one")
+    try:
+        readable = pd.to_datetime(text, errors="coerce", utc=True, format="ISO8601")
+    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        readable = pd.Series([_one_time(t) for t in text], index=text.index)
+    if readable.isna().any():
+        i = int(np.flatnonzero(readable.isna().to_numpy())[0])
+        if _one_time(text.iloc[i], bounded=False) is not None:
+            raise DataError(_range_message(source, i + first_row, text.iloc[i]))
         raise DataError(
             f"{source}: row {i + first_row}: cannot read timestamp {text.iloc[i]!r}; write ISO-8601 "
             "(2024-01-31T12:00:00Z) or epoch seconds"
         )
-    return pd.DatetimeIndex(parsed)
+    offset = (text.str.endswith("Z") | text.str.endswith("z")).to_numpy(dtype=bool)
+    if not offset.all():  # the slower look for numeric offsets only when some row lacks the Z
+        offset = offset | text.str.contains(_HAS_OFFSET).to_numpy(dtype=bool)
+    if offset.any() and not offset.all():
+        i, j = int(np.flatnonzero(~offset)[0]), int(np.flatnonzero(offset)[0])
+        raise DataError(
+            f"{source}: row {i + first_row}: timestamp {text.iloc[i]!r} has no UTC offset, but row "
+            f"{j + first_row} ({text.iloc[j]!r}) has one; a file mixing the two would be read hours apart — "
+            "write every timestamp with its offset (Z for UTC)"
+        )
+    ts = pd.DatetimeIndex(readable)
+    if not offset.all():
+        if timezone is None:
+            raise DataError(_naive_message(source, first_row, text.iloc[0], "the timestamps have no UTC offset"))
+        return _localize(ts, timezone, source, first_row)
+    return _in_range(ts, source, first_row)
+
+
+def _one_time(text: str, *, bounded: bool = True) -> pd.Timestamp | None:
+    """One ISO-8601 time, or None when it cannot be read (or, ``bounded``, is outside 1678–2261)."""
+    try:
+        ts = pd.Timestamp(text)
+    except (ValueError, OverflowError, pd.errors.OutOfBoundsDatetime):
+        try:
+            datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            return None
+        return None if bounded else pd.Timestamp("2000-01-01")  # readable, but out of range
+    if pd.isna(ts):
+        return None
+    if bounded and not (_FIRST_TIME <= to_utc(ts) <= _LAST_TIME):
+        return None
+    return ts
+
+
+def _range_message(source: str, row: int, text: str) -> str:
+    return (f"{source}: row {row}: timestamp {text!r} is outside the years 1678–2261 this tool can hold; "
+            "check that row's year (a typo?) or its unit (epoch seconds)")
+
+
+def _in_range(ts: pd.DatetimeIndex, source: str, first_row: int) -> pd.DatetimeIndex:
+    seconds = ts.as_unit("s").asi8 if ts.unit != "s" else ts.asi8
+    out = np.flatnonzero((seconds < _FIRST_TIME.timestamp()) | (seconds > _LAST_TIME.timestamp()))
+    if out.size:
+        i = int(out[0])
+        raise DataError(_range_message(source, i + first_row, str(ts[i])))
+    return ts.as_unit("ns")
+
+
+def _naive_message(source: str, first_row: int, example: str, what: str) -> str:
+    return (f"{source}: row {first_row}: {what} ({example!r}), so the time zone they were written in is "
+            "unknown; say which with --timezone (e.g. --timezone UTC or --timezone Europe/Berlin), or write "
+            "every timestamp with its offset (…Z for UTC)")
+
+
+def _localize(ts: pd.DatetimeIndex, zone: zoneinfo.ZoneInfo, source: str, first_row: int) -> pd.DatetimeIndex:
+    """Naive wall-clock times in ``zone`` → UTC; a time that does not exist or is ambiguous is refused."""
+    # Naive wall-clock times (read as if UTC when parsed from text): range-check, then drop the zone.
+    ts = _in_range(ts if ts.tz is not None else ts.tz_localize("UTC"), source, first_row).tz_localize(None)
+    gone = ts.tz_localize(zone, ambiguous="NaT", nonexistent="NaT")
+    missing = np.flatnonzero(gone.isna())
+    if not missing.size:
+        return gone.tz_convert("UTC")
+    try:  # clocks went back: an ordered file tells which of the repeated hour each row is
+        return ts.tz_localize(zone, ambiguous="infer", nonexistent="raise").tz_convert("UTC")
+    except (ValueError, TypeError):
+        pass  # pytz/dateutil AmbiguousTimeError and NonExistentTimeError are ValueErrors
+    i = int(missing[0])
+    skipped = ts.tz_localize(zone, ambiguous=np.zeros(len(ts), dtype=bool), nonexistent="NaT").isna()
+    why = ("does not exist (the clocks jumped forward)" if skipped[i] else
+           "happens twice (the clocks went back) and the order of the rows does not tell which")
+    raise DataError(
+        f"{source}: row {i + first_row}: local time {ts[i]} {why} in {zone.key}; write the timestamps with "
+        "their UTC offsets, or in UTC"
+    )
 
 
 _MISSING_TOKENS = {"", "nan", "NaN", "NAN", "null", "NULL", "None", "NA", "N/A"}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from predictive_scaler.errors import BudgetError, ConfigError
+from predictive_scaler.errors import BudgetError, ConfigError, did_you_mean
 
 #: Grid the models work on unless a trace is coarser (contract: 5 minutes).
 DEFAULT_MODEL_STEP = 300
@@ -581,7 +581,8 @@ def _from_dict(cls: Any, data: Any, path: str) -> Any:
     fields = {camel(f.name): f for f in dataclasses.fields(cls)}
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
-        raise err(f"{path}.{unknown[0]}: unknown field; known fields here: {', '.join(sorted(fields))}",
+        raise err(f"{path}.{unknown[0]}: unknown field; {did_you_mean(unknown[0], fields)}known fields here: "
+                  f"{', '.join(sorted(fields))}",
                   field=f"{path}.{unknown[0]}")
     kwargs: dict[str, Any] = {}
     for key, f in fields.items():

@@ -101,7 +101,8 @@ def prepare(trace: Series, scenario: Scenario) -> Setup:
     if span < training + timedelta(days=1):
         raise InsufficientHistoryError(
             f"trace {trace.name!r} spans {span}; the backtest needs the {format_duration(training)} training "
-            "window plus at least 1 day to evaluate — use a longer trace (≥ 14 days)"
+            f"window plus at least 1 day to evaluate — use a trace of at least {format_duration(training + timedelta(days=1))}"
+            + (", or a shorter training window in the scenario" if scenario.training is not None else "")
         )
     if training.total_seconds() % trace.step_seconds:
         raise ConfigError(f"training window {format_duration(training)} is not a multiple of the trace step", field="training")
@@ -265,6 +266,7 @@ class Result:
         """The ``--json`` shape of issue 4 (undefined values are None)."""
         scenario = self.setup.scenario.to_dict()
         scenario.update(self.setup.describe())
+        scenario["notes"] = list(self.notes)  # what the run assumed ("prewarm disabled: no budget" …)
         out: dict[str, Any] = {
             "scenario": scenario,
             "bound": self.bound.to_dict(),
@@ -368,11 +370,34 @@ def run_backtest(
     )
     for key, value in result_extras.items():
         setattr(result, key, value)
+    result.notes = [*assumption_notes(setup), *result.notes]
     if "forecasts" in result_extras:
         from predictive_scaler.backtest.adapters import forecast_accuracy
 
         result.accuracy, result.baseline_accuracy = forecast_accuracy(setup, result.forecasts)
     return result
+
+
+def assumption_notes(setup: Setup) -> list[str]:
+    """What the run assumed that silently shapes its figures: said out loud in every report."""
+    notes = []
+    budget = setup.spec.prewarm.budget
+    if "predictive" in setup.scenario.policies and budget.max_cost_per_hour is None and not budget.max_gpus:
+        why = "maxGpus is 0" if budget.max_gpus == 0 else "spec.prewarm.budget sets neither maxGpus nor maxCostPerHour"
+        notes.append(f"prewarm disabled: no budget ({why}), so the predictive policy holds no capacity ahead of "
+                     "demand and its columns match reactive's; give spec.prewarm.budget.maxGpus in the scenario "
+                     "to let it prewarm")
+    need = setup.demand.need(1.0)
+    over = need > setup.max_replicas
+    if over.any():
+        share = float(over.mean())
+        when = "never fits" if over.all() else f"does not fit in {share:.1%} of the evaluated time"
+        notes.append(
+            f"demand {when} under maxReplicas {setup.max_replicas}: it needs up to {int(need.max()):,} replicas "
+            f"at full capacity ({setup.capacity_per_replica:.4g}/replica), so no policy can serve it all and those "
+            "unmet minutes are the cap's, not a policy's; raise max_replicas (spec.maxReplicas) or "
+            "capacity_per_replica")
+    return notes
 
 
 def _peer_schedule(name: str, setup: Setup) -> np.ndarray:

@@ -18,11 +18,13 @@ from typing import Any
 import yaml
 
 from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
-from predictive_scaler.errors import ConfigError, DataError
+from predictive_scaler.errors import ConfigError, DataError, did_you_mean
 from predictive_scaler.series import format_duration, parse_duration
 
 #: Every policy the harness knows, in the order reports list them.
 POLICIES: tuple[str, ...] = ("predictive", "reactive", "static", "holt-winters", "oracle")
+#: Shortest evaluated span a backtest reports on (``evaluation``, ``--evaluation``).
+MIN_EVALUATION = timedelta(hours=1)
 
 _DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "backtests" / "default.yaml"
 
@@ -70,7 +72,8 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(sorted(PRESETS))}", field="preset")
+            raise ConfigError(f"unknown preset {self.preset!r}; {did_you_mean(self.preset, PRESETS)}choose one of "
+                              f"{', '.join(sorted(PRESETS))}", field="preset")
         cp = self.control_period.total_seconds()
         if cp < 1 or cp != int(cp) or cp > 600:
             raise ConfigError(f"control_period must be whole seconds in 1s..10m, got {cp}s", field="control_period")
@@ -84,8 +87,14 @@ class Scenario:
             raise ConfigError(f"max_replicas ({self.max_replicas}) must be ≥ min_replicas ({self.min_replicas}) and ≥ 1", field="max_replicas")
         if self.min_replicas < 0:
             raise ConfigError(f"min_replicas must be ≥ 0, got {self.min_replicas}", field="min_replicas")
+        if self.evaluation is not None and self.evaluation < MIN_EVALUATION:
+            raise ConfigError(
+                f"evaluation {_span(self.evaluation)} is too short to report on; give at least "
+                f"{format_duration(MIN_EVALUATION)} (e.g. 7d), or null to walk forward to the end of the trace",
+                field="evaluation")
         if self.training is not None and self.training < timedelta(days=1):
-            raise ConfigError(f"training window {self.training} is too short; give at least 7d (14d recommended)", field="training")
+            raise ConfigError(f"training window {_span(self.training)} is too short; give at least 7d (14d "
+                              "recommended)", field="training")
         if self.retrain_every < timedelta(hours=1):
             raise ConfigError(f"retrain_every {self.retrain_every} is too short; weekly (7d) is the default", field="retrain_every")
         if not 0.5 <= self.quantile < 1:
@@ -96,7 +105,17 @@ class Scenario:
             raise ConfigError("demand_unit_seconds must be > 0 (60 for a per-minute rate)", field="demand_unit_seconds")
         for p in self.policies:
             if p not in POLICIES:
-                raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(POLICIES)}", field="policies")
+                raise ConfigError(f"unknown policy {p!r}; {did_you_mean(p, POLICIES)}choose from "
+                                  f"{', '.join(POLICIES)}", field="policies")
+        from predictive_scaler.forecasting.registry import FORECASTER_KINDS
+
+        for k in self.forecasters:
+            if k not in FORECASTER_KINDS:
+                raise ConfigError(f"forecasters: unknown forecaster {k!r}; {did_you_mean(k, FORECASTER_KINDS)}"
+                                  f"choose from {', '.join(FORECASTER_KINDS)}", field="forecasters")
+        if not self.forecasters:
+            raise ConfigError(f"forecasters: none given; choose from {', '.join(FORECASTER_KINDS)}",
+                              field="forecasters")
         if not self.policies:
             raise ConfigError(f"no policies; choose from {', '.join(POLICIES)}", field="policies")
         for h in self.horizons:
@@ -141,7 +160,8 @@ class Scenario:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(
-                f"scenario {name}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                f"scenario {name}: unknown setting(s) {', '.join(unknown)}; {did_you_mean(unknown[0], known)}"
+                f"known: {', '.join(sorted(known))}",
                 field=unknown[0],
             )
         kw: dict[str, Any] = {"name": str(data.get("name", name))}
@@ -153,7 +173,8 @@ class Scenario:
         bad = sorted(set(cluster) - set(ClusterConfig.__dataclass_fields__))
         if bad:
             raise ConfigError(
-                f"cluster: unknown setting(s) {', '.join(bad)}; known: {', '.join(ClusterConfig.__dataclass_fields__)}",
+                f"cluster: unknown setting(s) {', '.join(bad)}; {did_you_mean(bad[0], ClusterConfig.__dataclass_fields__)}"
+                f"known: {', '.join(ClusterConfig.__dataclass_fields__)}",
                 field=f"cluster.{bad[0]}",
             )
         overrides = {k: (_seconds(v, f"cluster.{k}") if k.endswith("_s") else v) for k, v in cluster.items()}
@@ -206,28 +227,54 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     p = Path(path) if path is not None else _DEFAULT_SCENARIO
     if not p.exists():
         raise ConfigError(f"{p}: no such scenario file; give a YAML file such as backtests/default.yaml", field="scenario")
+    if not p.is_file():
+        raise ConfigError(f"{p}: is a directory, not a scenario file; give a YAML file such as "
+                          "backtests/default.yaml", field="scenario")
+    from predictive_scaler.yaml_input import check_size
+
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = check_size(yaml.safe_load(p.read_text(encoding="utf-8")), str(p), field="scenario") or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax", field="scenario") from exc
-    scenario = Scenario.from_dict(data, name=p.stem)
+    except RecursionError as exc:
+        raise ConfigError(f"{p}: nested too deeply to read; check that it is a scenario file", field="scenario") from exc
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"{p}: cannot be read as UTF-8 text ({exc}); give a YAML file such as "
+                          "backtests/default.yaml", field="scenario") from exc
     # Validate the spec section now (capacity and step are placeholders until a trace is read).
     from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
 
-    build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
-               model_step=DEFAULT_MODEL_STEP)
+    try:
+        scenario = Scenario.from_dict(data, name=p.stem)
+        build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
+                   model_step=DEFAULT_MODEL_STEP)
+    except ConfigError as exc:
+        # Where (the file) and what to do, once, whatever setting refused.
+        raise type(exc)(f"{p}: {exc}; fix it in the scenario file (backtests/default.yaml lists every setting "
+                        "with its default)", field=exc.field) from exc
     return scenario
 
 
-def _duration(value: Any, key: str) -> timedelta:
+def _duration(value: Any, key: str, *, allow_zero: bool = False) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{key}: a duration must be a number of seconds or text such as 30s, 10m, 7d; got "
+                          f"{value!r}", field=key)
     try:
-        return parse_duration(value)
-    except DataError as exc:
+        out = parse_duration(value)
+    except (DataError, OverflowError) as exc:
         raise ConfigError(f"{key}: {exc}", field=key) from exc
+    if out < timedelta(0) or (out == timedelta(0) and not allow_zero):
+        raise ConfigError(f"{key}: {value!r} is not a positive duration; give one such as 30s, 10m or 7d",
+                          field=key)
+    return out
+
+
+def _span(delta: timedelta) -> str:
+    return format_duration(delta) if delta > timedelta(0) else f"{delta.total_seconds():g}s"
 
 
 def _seconds(value: Any, key: str) -> float:
-    return _duration(value, key).total_seconds()
+    return _duration(value, key, allow_zero=True).total_seconds()
 
 
 def _int(value: Any, key: str) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from predictive_scaler.errors import ConfigError
+from predictive_scaler.errors import ConfigError, did_you_mean
 
 #: Lead times per node autoscaler (DESIGN §5). Image pull 3–8 min on a cold node
 #: (5 min taken), model load ~1 min; Cluster Autoscaler removes a node after
@@ -101,7 +101,8 @@ class ClusterConfig:
             base = PRESETS[name]
         except KeyError:
             raise ConfigError(
-                f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}", field="preset"
+                f"unknown preset {name!r}; {did_you_mean(name, PRESETS)}choose one of {', '.join(sorted(PRESETS))}",
+                field="preset",
             ) from None
         return cls(**{**base, **overrides})
 

@@ -2,19 +2,105 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import argparse
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from predictive_scaler.errors import ConfigError
-from predictive_scaler.series import to_utc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Mirrors series.DEFAULT_MAX_MISSING (not imported: registering flags must not import pandas).
+DEFAULT_MAX_MISSING = 0.5
 
 
-def parse_time_flag(flag: str, text: str) -> pd.Timestamp:
-    """The value of a time flag (``--at``, ``--end``, ``--now``) as UTC; naive times are UTC."""
+def parse_time_flag(flag: str, text: str, timezone: str | None = None) -> pd.Timestamp:
+    """The value of a time flag (``--at``, ``--end``, ``--now``) as UTC; naive times are in ``timezone``
+    (``--timezone``, as the trace's), else UTC."""
+    import pandas as pd
+
+    from predictive_scaler.series import to_utc
+
     try:
         stamp = pd.Timestamp(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         stamp = pd.NaT
     if pd.isna(stamp):
         raise ConfigError(f"{flag} {text!r} is not a time; write ISO-8601, e.g. 2026-03-01T00:00:00Z",
                           field=flag.lstrip("-").replace("-", "_"))
+    if stamp.tzinfo is None and timezone is not None:
+        from predictive_scaler.series import parse_timezone
+
+        try:
+            stamp = stamp.tz_localize(parse_timezone(timezone), ambiguous="raise", nonexistent="raise")
+        except ValueError as exc:
+            raise ConfigError(f"{flag} {text!r} does not exist or happens twice in {timezone} (a clock change); "
+                              "write it with its UTC offset", field=flag.lstrip("-").replace("-", "_")) from exc
     return to_utc(stamp)
+
+
+def add_trace_flags(p: argparse.ArgumentParser, *, history: bool = True) -> None:
+    """``--timezone`` (and, for commands that check history, ``--max-missing``)."""
+    p.add_argument("--timezone", default=None, metavar="ZONE",
+                   help="time zone of trace timestamps written without a UTC offset (IANA name: UTC, "
+                        "Europe/Berlin …); without it such timestamps are refused")
+    if history:
+        p.add_argument("--max-missing", type=float, default=DEFAULT_MAX_MISSING, metavar="SHARE",
+                       help=f"largest share of missing steps accepted in the trace (default {DEFAULT_MAX_MISSING})")
+
+
+def max_missing(args: argparse.Namespace) -> float:
+    """``--max-missing`` checked: a share in [0, 1]."""
+    value = float(args.max_missing)
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"--max-missing {value:g} is not a share; give one between 0 and 1 (default "
+                          f"{DEFAULT_MAX_MISSING})", field="max_missing")
+    return value
+
+
+def positive_duration(flag: str, text: str) -> timedelta:
+    """A duration flag (``--min-history``, ``--horizon`` …) that must be a positive span."""
+    from predictive_scaler.errors import DataError
+    from predictive_scaler.series import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except DataError as exc:
+        raise ConfigError(f"{flag}: {exc}", field=flag.lstrip("-").replace("-", "_")) from exc
+    if value <= timedelta(0):
+        raise ConfigError(f"{flag} {text!r} is not a positive duration; give one such as 14d",
+                          field=flag.lstrip("-").replace("-", "_"))
+    return value
+
+
+def check_output(flag: str, path: str | Path, *, directory: bool) -> Path:
+    """Refuse an output path that cannot be written — before any work starts.
+
+    ``directory``: the path is (or will be created as) a directory; else it is a file.
+    """
+    p = Path(path)
+    if p.exists():
+        if directory and not p.is_dir():
+            raise ConfigError(f"{flag} {p}: is a file, not a directory; give a directory (it is created if "
+                              "missing)", field=flag.lstrip("-").replace("-", "_"))
+        if not directory and p.is_dir():
+            raise ConfigError(f"{flag} {p}: is a directory; give the path of a file to write",
+                              field=flag.lstrip("-").replace("-", "_"))
+        existing = p if p.is_dir() else p.parent
+    else:
+        existing = p.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ConfigError(f"{flag} {p}: {existing} is a file, not a directory, so nothing can be written "
+                              f"under it; choose another {flag}", field=flag.lstrip("-").replace("-", "_"))
+    try:  # os.access says yes to root everywhere: write a probe file, as the real write will
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {p}: cannot write in {existing} ({exc.strerror or exc}); choose another {flag} "
+                          "or fix its permissions", field=flag.lstrip("-").replace("-", "_")) from exc
+    return p

@@ -31,6 +31,8 @@ BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "backtests" / "traces" / "
 DEFAULT_HISTORY_DAYS = 21.0
 #: Share of missing steps accepted in a pulled history (the retraining job's default).
 DEFAULT_MAX_MISSING = 0.2
+#: Share of missing steps accepted in a trace file (series.DEFAULT_MAX_MISSING).
+TRACE_MAX_MISSING = 0.5
 
 
 def register(subparsers: Any) -> None:
@@ -57,8 +59,9 @@ def register(subparsers: Any) -> None:
                    help="with --prometheus: end of the history, ISO-8601 (default: now)")
     p.add_argument("--min-history", default="14d",
                    help="with --prometheus: observed history required (default 14d)")
-    p.add_argument("--max-missing", type=float, default=DEFAULT_MAX_MISSING,
-                   help=f"with --prometheus: largest share of missing steps accepted (default {DEFAULT_MAX_MISSING})")
+    p.add_argument("--max-missing", type=float, default=None,
+                   help=f"largest share of missing steps accepted (default {DEFAULT_MAX_MISSING} with --prometheus, "
+                        f"{TRACE_MAX_MISSING} for a trace file)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="with --prometheus: seconds per Prometheus request (default 30)")
     p.add_argument("--save-history", type=Path, default=None, metavar="FILE.csv",
@@ -77,6 +80,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--evaluation", default=None, metavar="DURATION",
                    help="walk forward over at most this span after training (e.g. 7d)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--timezone", default=None, metavar="ZONE",
+                   help="time zone of trace timestamps written without a UTC offset (IANA name: UTC, "
+                        "Europe/Berlin …); without it such timestamps are refused")
     p.set_defaults(func=run)
 
 
@@ -234,14 +240,17 @@ def _split(total: float, *parts: tuple[str, float]) -> dict[str, float]:
 
 def pick_scaler(path: Path, name: str | None) -> ScalerTarget:
     """The one PredictiveScaler of ``path`` (or the one called ``name``), with a valid spec."""
-    from predictive_scaler.errors import ConfigError
+    from predictive_scaler.errors import ConfigError, did_you_mean
     from predictive_scaler.retrain import load_scalers_file
 
-    targets = load_scalers_file(path)
+    every = load_scalers_file(path)
+    targets = every
     if name is not None:
-        targets = [t for t in targets if name in (t.name, t.key)]
+        targets = [t for t in every if name in (t.name, t.key)]
         if not targets:
-            raise ConfigError(f"{path} holds no PredictiveScaler named {name!r}", field="name")
+            raise ConfigError(f"{path} holds no PredictiveScaler named {name!r}; "
+                              f"{did_you_mean(name, [t.name for t in every])}it holds "
+                              f"{', '.join(t.key for t in every)}", field="name")
     if len(targets) > 1:
         raise ConfigError(f"{path} holds {len(targets)} PredictiveScalers ({', '.join(t.key for t in targets)}); "
                           "choose one with --name", field="name")
@@ -270,8 +279,9 @@ def run(args: argparse.Namespace) -> int:
     from predictive_scaler.backtest.report import terminal_table, verdict, write_report
     from predictive_scaler.backtest.runner import run_backtest
     from predictive_scaler.backtest.scenario import Scenario, load_scenario
-    from predictive_scaler.errors import ConfigError
-    from predictive_scaler.series import load_trace, parse_duration
+    from predictive_scaler.commands._flags import check_output
+    from predictive_scaler.errors import ConfigError, DataError
+    from predictive_scaler.series import check_missing, load_trace, parse_duration, parse_timezone
 
     if args.prometheus is not None and args.trace is not None:
         raise ConfigError("--trace and --prometheus are two sources of demand; give one: --trace FILE for a "
@@ -285,6 +295,16 @@ def run(args: argparse.Namespace) -> int:
             if value is not None:
                 raise ConfigError(f"{flag} applies to --prometheus history only; drop it or use --prometheus",
                                   field=flag.strip("-"))
+    # Every output is checked before the (long) run: a bad path must not cost the whole backtest.
+    if args.report is not None:
+        check_output("--report", args.report, directory=True)
+    if args.save_history is not None:
+        check_output("--save-history", args.save_history, directory=False)
+    if args.timezone is not None:
+        parse_timezone(args.timezone)
+    if args.max_missing is not None and not 0.0 <= args.max_missing <= 1.0:
+        raise ConfigError(f"--max-missing {args.max_missing:g} is not a share; give one between 0 and 1",
+                          field="max_missing")
 
     scenario = load_scenario(args.scenario)
     target = pick_scaler(args.scaler, args.name) if args.scaler is not None else None
@@ -301,13 +321,26 @@ def run(args: argparse.Namespace) -> int:
         changes["capacity_per_replica"] = args.capacity_per_replica
     if args.policies:
         changes["policies"] = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    if args.evaluation:
-        changes["evaluation"] = parse_duration(args.evaluation)
+    if args.evaluation is not None:
+        try:
+            evaluation = parse_duration(args.evaluation)
+        except DataError as exc:
+            raise ConfigError(f"--evaluation: {exc}", field="evaluation") from exc
+        if evaluation <= timedelta(0):
+            raise ConfigError(f"--evaluation {args.evaluation!r} is not a positive duration; give the span to "
+                              "walk forward, e.g. --evaluation 7d", field="evaluation")
+        changes["evaluation"] = evaluation
     if changes:
         try:
             scenario = replace(scenario, **changes)
         except TypeError as exc:  # pragma: no cover - guarded by argparse
             raise ConfigError(str(exc)) from exc
+        except ConfigError as exc:
+            flag = "--" + (exc.field or "").replace("_", "-")
+            given = [f"--{k.replace('_', '-')}" for k in changes]
+            if flag in given:  # a flag's value refused: name the flag
+                raise type(exc)(f"{flag}: {exc}; give another value", field=exc.field) from exc
+            raise
     assert isinstance(scenario, Scenario)
 
     if args.prometheus is not None:
@@ -316,7 +349,9 @@ def run(args: argparse.Namespace) -> int:
         if args.save_history is not None:
             args.save_history.write_text(history_csv(trace))
     else:
-        trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None)
+        trace = load_trace(args.trace or BUNDLED_TRACE, value_kind=args.value_kind, min_history=None,
+                           timezone=args.timezone)
+        check_missing(trace, TRACE_MAX_MISSING if args.max_missing is None else args.max_missing)
 
     bars: list[Any] = []
 
@@ -352,6 +387,8 @@ def run(args: argparse.Namespace) -> int:
         print()
         for line in verdict(result):
             print(f"  {line}")
+        for note in result.notes:
+            print(f"  note: {note}")
     if where is not None:
         print(f"report: {where}  (Markdown: {where.with_name('report.md')})", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -400,9 +437,10 @@ def _pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     query = demand_query(target.spec, target.namespace)
     where = f"{target.key}'s demand ({query}) from {args.prometheus}, {args.days:g} days to {end.isoformat()}"
     source = PrometheusSource(args.prometheus, timeout=args.timeout)
+    max_missing = DEFAULT_MAX_MISSING if args.max_missing is None else args.max_missing
     try:
         series = history_for_scaler(source, target.spec, end, args.days, namespace=target.namespace,
-                                    min_history=min_history, max_missing_fraction=args.max_missing)
+                                    min_history=min_history, max_missing_fraction=max_missing)
     except InsufficientHistoryError as exc:
         raise InsufficientHistoryError(f"{where}: {exc}; pull more with --days, check --end, or wait until "
                                        "the metric has 14 days") from exc

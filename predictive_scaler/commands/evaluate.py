@@ -8,6 +8,8 @@ import math
 import sys
 from typing import Any
 
+from predictive_scaler.commands._flags import add_trace_flags
+
 DEFAULT_MODELS = "arima,prophet,persistence,seasonal-naive,holt-winters"
 
 
@@ -29,6 +31,7 @@ def register(subparsers: Any) -> None:
                    help="values are a rate (averaged when merging steps) or a count per step (summed)")
     p.add_argument("--min-history", default="14d", help="initial training period (default 14d; lower warns)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    add_trace_flags(p)
     p.set_defaults(func=run)
 
 
@@ -80,6 +83,7 @@ def format_table(report: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from predictive_scaler.commands._flags import max_missing, positive_duration
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.evaluation import EvaluationSettings, evaluate, planned_fits
     from predictive_scaler.forecasting.registry import parse_kinds
@@ -90,9 +94,10 @@ def run(args: argparse.Namespace) -> int:
         horizons = tuple(parse_duration(h) for h in args.horizons.split(",") if h.strip())
     except DataError as exc:
         raise ConfigError(str(exc), field="horizons") from exc
-    min_history = parse_duration(args.min_history)
+    min_history = positive_duration("--min-history", args.min_history)
     settings = EvaluationSettings(quantile=args.quantile, horizons=horizons, min_history=min_history)
-    series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history)
+    series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history,
+                        timezone=args.timezone, max_missing=max_missing(args))
     total = planned_fits(series, kinds, settings)
     with tqdm(total=total, desc="evaluate", unit="fit", file=sys.stderr, disable=None) as bar:
         report = evaluate(series, kinds, settings, progress=bar)

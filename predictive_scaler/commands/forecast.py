@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from predictive_scaler.commands._flags import add_trace_flags
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -21,13 +23,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", required=True, help="artifact directory, store entry, or store root with --name")
     p.add_argument("--name", help="model name when --model is a store root")
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file with the recent observations")
-    p.add_argument("--at", help="forecast as of this ISO-8601 time (default: the last step of the trace)")
+    p.add_argument("--at", help="forecast as of this ISO-8601 time (default: the last step of the trace); without an "
+                                "offset it is in --timezone, else UTC")
     p.add_argument("--horizon", default="30m", help="how far ahead, 5m–60m, a multiple of the model step (default 30m)")
     p.add_argument("--quantiles", default="0.5,0.95", help="probabilities to print (default 0.5,0.95)")
     p.add_argument("--series", help="refuse a model trained for another series than this one")
     p.add_argument("--value-kind", choices=("rate", "count"), default="rate",
                    help="values are a rate (averaged when merging steps) or a count per step (summed)")
     p.add_argument("--json", action="store_true", help="print the forecast as one JSON document")
+    add_trace_flags(p, history=False)
     p.set_defaults(func=run)
 
 
@@ -87,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
             f"{format_duration(pd.Timedelta(seconds=model.step_seconds).to_pytimedelta())} step; choose one that is",
             field="horizon",
         )
-    series = load_trace(args.trace, value_kind=args.value_kind, min_history=None)
+    series = load_trace(args.trace, value_kind=args.value_kind, min_history=None, timezone=args.timezone)
     if args.at:
-        at = parse_time_flag("--at", args.at)
+        at = parse_time_flag("--at", args.at, args.timezone)
         if not (series.start <= at <= series.last_time):
             raise ConfigError(
                 f"--at {at.isoformat()} is outside the trace ({series.start.isoformat()} – "

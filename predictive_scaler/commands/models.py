@@ -1,4 +1,4 @@
-"""`predictive-scaler models list|show|promote|rollback`: operate the model store."""
+"""`predictive-scaler models list|show|promote|rollback|verify`: operate the model store."""
 
 from __future__ import annotations
 
@@ -38,6 +38,14 @@ def register(subparsers: Any) -> None:
     rollback.add_argument("--name", required=True, help="model name")
     rollback.set_defaults(func=run_rollback)
 
+    verify = actions.add_parser("verify", help="check every pointer and version of the store (exit 1 on a problem)")
+    verify.add_argument("--store", required=True, help="model store directory")
+    verify.add_argument("--name", help="model name (default: every model in the store)")
+    verify.add_argument("--repair", action="store_true",
+                        help="re-point a damaged or failing serving pointer to the newest version that verifies")
+    verify.add_argument("--json", action="store_true", help="print JSON")
+    verify.set_defaults(func=run_verify)
+
 
 def _store(args: argparse.Namespace) -> Any:
     from pathlib import Path
@@ -74,11 +82,8 @@ def run_list(args: argparse.Namespace) -> int:
     if args.name is None:
         rows = []
         for name in store.names():
-            try:
-                pointer = store.pointer(name)
-                serving = pointer.version if pointer else None
-            except Exception as exc:  # a damaged pointer is reported, not fatal to the listing
-                serving = f"damaged pointer: {exc}"
+            pointer, problem = store.pointer_or_problem(name)  # a damaged pointer is reported, not fatal
+            serving = f"damaged pointer: {problem}" if problem else (pointer.version if pointer else None)
             rows.append({"name": name, "serving": serving, "versions": len(store.list(name))})
         if args.json:
             print(json.dumps(rows, indent=2))
@@ -120,17 +125,46 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_promote(args: argparse.Namespace) -> int:
     store = _store(args)
+    _, problem = store.pointer_or_problem(args.name)
     loaded = store.promote(args.name, args.version)
-    print(f"{args.name}: now serving {loaded.path.name} ({_summary(loaded.manifest)['kind']})")
+    repaired = " — the damaged serving pointer was replaced" if problem else ""
+    print(f"{args.name}: now serving {loaded.path.name} ({_summary(loaded.manifest)['kind']}){repaired}")
     return 0
 
 
 def run_rollback(args: argparse.Namespace) -> int:
     store = _store(args)
-    before = store.pointer(args.name)
+    before, problem = store.pointer_or_problem(args.name)
     loaded = store.rollback(args.name)
+    if problem:
+        print(f"{args.name}: the serving pointer was damaged; repaired: now serving {loaded.path.name}, the newest "
+              "version that verifies")
+        return 0
     print(f"{args.name}: rolled back from {before.version if before else '–'} to {loaded.path.name}")
     return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from predictive_scaler.errors import ConfigError
+
+    store = _store(args)
+    if args.name is not None and args.name not in store.names():
+        raise ConfigError(f"--name {args.name!r}: no such model in {args.store} (it holds "
+                          f"{', '.join(store.names()) or 'none'}); check the name", field="name")
+    reports = store.verify(args.name, repair=args.repair)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    else:
+        for r in reports:
+            state = "ok" if r.ok else f"{len(r.problems)} problem(s)"
+            print(f"{r.name}: serving {r.serving or '–'}, {r.versions} version(s): {state}")
+            if r.repaired:
+                print(f"  {r.repaired}")
+            for problem in r.problems:
+                print(f"  problem: {problem}")
+        if not reports:
+            print(f"no models in {args.store}")
+    return 0 if all(r.ok for r in reports) else 1
 
 
 def _num(v: Any) -> str:

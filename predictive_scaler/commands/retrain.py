@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from predictive_scaler.commands._flags import parse_time_flag
+    from predictive_scaler.commands._flags import check_output, parse_time_flag
     from predictive_scaler.errors import ClusterError, ConfigError, DataError
     from predictive_scaler.forecasting.registry import parse_kinds
     from predictive_scaler.forecasting.store import ModelStore
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                           "PREDICTIVE_SCALER_PROMETHEUS_URL", field="prometheus")
     if not args.store:
         raise ConfigError("no model store: pass --store DIR or set PREDICTIVE_SCALER_MODEL_STORE", field="store")
+    check_output("--store", args.store, directory=True)  # before any history is pulled
     try:
         settings = RetrainSettings(
             history=parse_duration(args.history), min_history=parse_duration(args.min_history),

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from predictive_scaler.commands._flags import add_trace_flags
+
 DEFAULT_MODELS = "arima,prophet,persistence,seasonal-naive,holt-winters"
 
 
@@ -32,6 +34,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-history", default="14d", help="history required before the first scored week (default 14d; lower warns)")
     p.add_argument("--keep", type=int, default=5, help="versions kept in the store for rollback (default 5)")
     p.add_argument("--no-serve", action="store_true", help="publish the version without making it the serving one")
+    add_trace_flags(p)
     p.set_defaults(func=run)
 
 
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from predictive_scaler.commands._flags import check_output, max_missing, positive_duration
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.evaluation import EvaluationSettings, planned_fits
     from predictive_scaler.forecasting.registry import parse_kinds
@@ -50,14 +54,20 @@ def run(args: argparse.Namespace) -> int:
     kinds = parse_kinds(args.models)
     try:
         horizon = parse_duration(args.horizon)
-        min_history = parse_duration(args.min_history)
     except DataError as exc:
-        raise ConfigError(str(exc), field="horizon") from exc
+        raise ConfigError(f"--horizon: {exc}", field="horizon") from exc
+    min_history = positive_duration("--min-history", args.min_history)
     name = args.name or Path(args.trace).stem
     series_name = args.series or name
+    check_output("--out", args.out, directory=True)  # before the expensive training run
     store = ModelStore(args.out, keep=args.keep)
     store.version_dir(name, "check")  # validates the name before an expensive training run
-    series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history, name=series_name)
+    try:
+        store.version_dir(series_name, "check")  # the series name follows the same rules
+    except ConfigError as exc:
+        raise ConfigError(f"--series: {exc}", field="series") from exc
+    series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history, name=series_name,
+                        timezone=args.timezone, max_missing=max_missing(args))
     horizons = tuple(sorted({h for h in EvaluationSettings().horizons if h <= horizon} | {horizon}))
     settings = EvaluationSettings(quantile=args.quantile, horizons=horizons, min_history=min_history)
     total = planned_fits(series, kinds, settings)

@@ -112,6 +112,23 @@ class KubeClusterPort:
     def conflicts(self) -> tuple[ConflictingAutoscaler, ...]:
         return self.kube.list_conflicting_autoscalers(self.target)
 
+    def check_placeholder_priority(self) -> None:
+        """Refuse (ConfigError) a placeholder PriorityClass that is missing or not negative: placeholder
+        pods at priority ≥ 0 would preempt real workloads instead of yielding to them."""
+        name = self.spec.prewarm.priority_class_name
+        value = self.kube.priority_class_value(name)
+        key = "spec.prewarm.priorityClassName"
+        if value is None:
+            raise ConfigError(
+                f"{key}: PriorityClass {name!r} does not exist in the cluster; create it with a negative value "
+                "(deploy/base/priorityclass.yaml creates predictive-scaler-placeholder at -10) or name an existing "
+                "negative-priority class — no placeholder is created until then", field=key)
+        if value >= 0:
+            raise ConfigError(
+                f"{key}: PriorityClass {name!r} has value {value}, not a negative one: placeholder pods under it "
+                "would preempt real pods instead of yielding to them; use a negative-priority class such as "
+                "predictive-scaler-placeholder (deploy/base/priorityclass.yaml)", field=key)
+
     def observe(self, now: datetime) -> ClusterState:
         target = self.target
         self.scale = self.kube.get_scale(target)

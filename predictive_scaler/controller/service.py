@@ -246,6 +246,19 @@ class ControllerService:
                                 conflict=True, mode=parsed.mode,
                                 budget={"gpus": 0, "costPerHour": 0.0, "currency": parsed.prewarm.budget.currency})
 
+        if parsed.mode == "scale" and parsed.prewarm.enabled:
+            try:
+                cluster.check_placeholder_priority()
+            except ConfigError as exc:
+                self.telemetry.error(namespace, name, "config")
+                self._release_placeholder(cluster, uid, now_s)
+                return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now,
+                                    mode=parsed.mode, budget={"gpus": 0, "costPerHour": 0.0,
+                                                              "currency": parsed.prewarm.budget.currency})
+            except ClusterError:
+                self.telemetry.error(namespace, name, "cluster")
+                raise
+
         reconciler = self._reconciler(runtime, parsed, ref, cluster)
         assert runtime.model is not None
         runtime.model.refresh()

@@ -27,7 +27,7 @@ from predictive_scaler.forecasting.walkforward import (
     MAX_HORIZON_SECONDS,
     walk_forward,
 )
-from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
+from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, days_text, format_duration
 
 #: Models work on a 5-minute grid; a trace with a coarser step is modelled at its own step.
 DEFAULT_MODEL_STEP = 300
@@ -137,11 +137,14 @@ def plan_blocks(series: Series, settings: EvaluationSettings) -> list[Block]:
     every = max(1, int(settings.refit_every.total_seconds() // step))
     train = int(settings.train_window.total_seconds() // step)
     if len(series) <= first:
-        have = series.span.total_seconds() / 86400
         need = settings.min_history.total_seconds() / 86400
+        have = days_text(series.span, settings.min_history)
+        what = (f"{have} < {need:g} days required to train and then evaluate" if series.span < settings.min_history
+                else f"{have} leaves nothing to evaluate after the first {need:g} days (--min-history, what the "
+                     "models train on)")
         raise InsufficientHistoryError(
-            f"{series.source or series.name}: insufficient history: {have:.1f} days < {need:g} days "
-            "required to train and then evaluate; supply a longer trace or lower --min-history"
+            f"{series.source or series.name}: insufficient history: {what}; supply a longer trace ({need + 7:g} "
+            "days give a week to evaluate) or lower --min-history"
         )
     return [
         Block(max(0, s - cal - train), s - cal, s, min(s + every, len(series)))

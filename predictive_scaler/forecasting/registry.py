@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from predictive_scaler.errors import ModelError
+from predictive_scaler.errors import ModelError, did_you_mean
 from predictive_scaler.forecasting.base import FittedModel, Forecaster
 
 # kind -> (module, forecaster class, fitted model class)
@@ -60,7 +60,8 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     for k in kinds:
         if k not in FORECASTER_KINDS:
-            raise ModelError(f"unknown model {k!r}; choose from {', '.join(FORECASTER_KINDS)}")
+            raise ModelError(f"unknown model {k!r}; {did_you_mean(k, FORECASTER_KINDS)}choose from "
+                             f"{', '.join(FORECASTER_KINDS)}")
     if not kinds:
         raise ModelError(f"no models given; choose from {', '.join(FORECASTER_KINDS)}")
     return kinds

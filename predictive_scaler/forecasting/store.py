@@ -17,18 +17,31 @@ Versions are immutable once written. Every write goes to a temporary name in the
 same directory, is fsynced, then renamed into place (and the directory fsynced),
 and the serving pointer is switched only after the version is complete — so a
 crash at any point leaves the previous serving model intact and loadable.
+
+Several writers may share one store (concurrent ``train --out``, the retraining
+job, an operator's ``models promote``): each writes under its own temporary name
+(``.tmp-<pid>@<host>-<random>``, swept only once its writer is gone), and moving
+a version into place, switching the pointer and pruning happen under an
+exclusive ``flock`` on ``<root>/<name>/.lock`` — so no writer deletes another's
+work and no version is lost. A damaged ``serving`` pointer is repaired by the
+next ``promote``, ``rollback`` or publish, and reported by :meth:`ModelStore.verify`.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import fcntl
 import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import socket
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
@@ -40,7 +53,7 @@ import pandas as pd
 
 from predictive_scaler import __version__
 from predictive_scaler.clock import Clock, SystemClock
-from predictive_scaler.errors import ConfigError, ModelError
+from predictive_scaler.errors import ConfigError, ModelError, did_you_mean
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.series import Series, to_utc
@@ -51,6 +64,9 @@ KNOWN_FORMAT_VERSIONS = frozenset({FORMAT_VERSION})
 MODEL_FILE = "model.json"
 MANIFEST_FILE = "manifest.json"
 SERVING_FILE = "serving"
+LOCK_FILE = ".lock"
+#: A temporary version directory of a writer on another host is swept after this long.
+STALE_TEMPORARY_SECONDS = 3600.0
 #: Refuse bigger model files before reading them: a real model is tens of kB.
 MAX_MODEL_BYTES = 50 * 1024 * 1024
 MAX_MANIFEST_BYTES = 1024 * 1024
@@ -372,6 +388,29 @@ class ServingPointer:
 
 
 @dataclass(frozen=True)
+class VerifyReport:
+    """What :meth:`ModelStore.verify` found for one model name."""
+
+    name: str
+    serving: str | None
+    versions: int
+    problems: tuple[str, ...] = ()
+    #: What ``verify --repair`` did (e.g. the version the pointer was repaired to).
+    repaired: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def with_repair(self, repaired: str) -> VerifyReport:
+        return VerifyReport(self.name, self.serving, self.versions, self.problems, repaired)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "serving": self.serving, "versions": self.versions, "ok": self.ok,
+                "problems": list(self.problems), "repaired": self.repaired}
+
+
+@dataclass(frozen=True)
 class VersionInfo:
     version: str
     serving: bool
@@ -385,7 +424,8 @@ class ModelStore:
 
     def __init__(self, root: str | Path, *, keep: int = DEFAULT_KEEP, clock: Clock | None = None) -> None:
         if keep < 1:
-            raise ConfigError(f"model store must keep at least 1 version, got {keep}", field="keep")
+            raise ConfigError(f"model store must keep at least 1 version, got {keep}; use --keep 1 or more",
+                              field="keep")
         self.root = Path(root)
         self.keep = keep
         self.clock = clock or SystemClock()
@@ -421,36 +461,58 @@ class ModelStore:
         """Write a new version (complete before it becomes visible); serve it if ``serve``. Returns its id."""
         versions = self._versions(name)
         versions.mkdir(parents=True, exist_ok=True)
-        self._clean_temporaries(versions)
-        tmp = versions / f".tmp-{uuid.uuid4().hex[:12]}"
+        tmp = versions / f".tmp-{os.getpid()}@{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
         try:
             manifest = save_artifact(model, series=series, window=window, metrics=metrics,
                                      directory=tmp, clock=self.clock, capacity=capacity)
-            version = f"{to_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
-            final = versions / version
-            if final.exists() and _intact(final, manifest.sha256):
-                # Same second, same bytes, and the copy on disk verifies: already published.
-                shutil.rmtree(tmp)
-            else:
-                if final.exists():
-                    # A damaged copy holds this id. Versions are immutable (a reader may hold the
-                    # old one), so the good bytes get a fresh id that sorts right after it.
-                    version = f"{version}-{uuid.uuid4().hex[:8]}"
-                    final = versions / version
-                os.replace(tmp, final)
-                _fsync_dir(versions)
+            with self._locked(name):
+                self._clean_temporaries(versions)
+                version = f"{to_utc(manifest.created_at):%Y%m%dT%H%M%SZ}-{manifest.sha256[:8]}"
+                final = versions / version
+                if final.exists() and _intact(final, manifest.sha256):
+                    # Same second, same bytes, and the copy on disk verifies: already published.
+                    shutil.rmtree(tmp)
+                else:
+                    if final.exists():
+                        # A damaged copy holds this id. Versions are immutable (a reader may hold the
+                        # old one), so the good bytes get a fresh id that sorts right after it.
+                        version = f"{version}-{uuid.uuid4().hex[:8]}"
+                        final = versions / version
+                    os.replace(tmp, final)
+                    _fsync_dir(versions)
+                if serve:
+                    self._promote(name, version)
+                self._prune(name)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        if serve:
-            self.promote(name, version)
-        self._prune(name)
         return version
 
+    @contextlib.contextmanager
+    def _locked(self, name: str) -> Iterator[None]:
+        """Exclusive lock of one model name across processes (flock on ``<name>/.lock``)."""
+        d = self._dir(name)
+        if not d.is_dir():
+            yield  # nothing stored under this name: nothing to protect (and nothing is created)
+            return
+        with open(d / LOCK_FILE, "a+b") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
     def promote(self, name: str, version: str) -> LoadedModel:
-        """Serve ``version`` after verifying it loads; on refusal the serving pointer is untouched."""
+        """Serve ``version`` after verifying it loads; on refusal the serving pointer is untouched.
+
+        A damaged pointer is replaced (its rollback history is lost with it)."""
+        self.version_dir(name, version)  # a bad name or version is refused before anything is created
+        with self._locked(name):
+            return self._promote(name, version)
+
+    def _promote(self, name: str, version: str) -> LoadedModel:
         loaded = load_artifact(self.version_dir(name, version))
-        current = self.pointer(name)
+        current, _ = self.pointer_or_problem(name)
         history: tuple[str, ...] = ()
         if current is not None and current.version != version:
             history = (*current.history, current.version)[-self.keep:]
@@ -460,8 +522,24 @@ class ModelStore:
         return loaded
 
     def rollback(self, name: str) -> LoadedModel:
-        """Serve the version that served before the current one (skipping ones that no longer load)."""
-        current = self.pointer(name)
+        """Serve the version that served before the current one (skipping ones that no longer load).
+
+        With a damaged pointer (its history unreadable), the newest version that verifies is served."""
+        with self._locked(name):
+            return self._rollback(name)
+
+    def _rollback(self, name: str) -> LoadedModel:
+        current, problem = self.pointer_or_problem(name)
+        if problem is not None:
+            for info in reversed(self.list(name)):
+                try:
+                    loaded = load_artifact(self.version_dir(name, info.version))
+                except ModelError:
+                    continue
+                self._write_pointer(name, ServingPointer(info.version, loaded.manifest.sha256, ()))
+                return loaded
+            raise ModelError(f"model {name!r}: the serving pointer is damaged ({problem}) and no version "
+                             f"verifies to repair it with; {_RETRAIN}")
         if current is None:
             raise ModelError(f"model {name!r} has no serving version to roll back from; publish one with `predictive-scaler train`")
         history = list(current.history)
@@ -484,30 +562,54 @@ class ModelStore:
         )
 
     def _write_pointer(self, name: str, pointer: ServingPointer) -> None:
-        write_atomic(self._dir(name) / SERVING_FILE, _dump(pointer.to_dict()))
+        path = self._dir(name) / SERVING_FILE
+        if path.is_dir():  # damage: kept aside (never deleted), so the pointer can be written again
+            os.replace(path, path.with_name(f"{SERVING_FILE}.damaged-{uuid.uuid4().hex[:8]}"))
+        write_atomic(path, _dump(pointer.to_dict()))
 
     # reading
+    def pointer_or_problem(self, name: str) -> tuple[ServingPointer | None, str | None]:
+        """The serving pointer, or ``(None, why)`` when it is damaged (never raises for damage)."""
+        try:
+            return self.pointer(name), None
+        except ModelError as exc:
+            return None, str(exc)
+
     def pointer(self, name: str) -> ServingPointer | None:
         """The serving pointer, cheaply (no model verification): lets a controller notice a new version."""
         path = self._dir(name) / SERVING_FILE
         if not path.exists():
             return None
-        doc = _parse_json(_read_bounded(path, MAX_MANIFEST_BYTES, "serving pointer"), path)
+        if path.is_dir():
+            raise ModelError(f"{path}: serving pointer is a directory, not a file; {_REPAIR}")
+        try:
+            doc = _parse_json(_read_bounded(path, MAX_MANIFEST_BYTES, "serving pointer"), path)
+        except ModelError as exc:
+            raise ModelError(f"{_without_store_advice(str(exc))}: the serving pointer is damaged; {_REPAIR}") from exc
         if not isinstance(doc, dict) or not isinstance(doc.get("version"), str) or not isinstance(doc.get("sha256"), str):
-            raise ModelError(f"{path}: serving pointer is damaged; promote a version with `predictive-scaler models promote`")
+            raise ModelError(f"{path}: serving pointer is damaged (no version and sha256); {_REPAIR}")
         history = doc.get("history", [])
         if not isinstance(history, list) or not all(isinstance(v, str) for v in history):
-            raise ModelError(f"{path}: serving pointer history is damaged; promote a version again")
-        _check_name(doc["version"], what="version")
-        for v in history:
-            _check_name(v, what="version")
+            raise ModelError(f"{path}: serving pointer history is damaged; {_REPAIR}")
+        try:
+            _check_name(doc["version"], what="version")
+            for v in history:
+                _check_name(v, what="version")
+        except ConfigError as exc:
+            raise ModelError(f"{path}: serving pointer is damaged ({exc}); {_REPAIR}") from exc
         return ServingPointer(doc["version"], doc["sha256"], tuple(history))
 
     def serving(self, name: str, *, expected_series: str | None = None) -> LoadedModel:
         """The serving model, verified (hash, format, series) against manifest and pointer."""
         pointer = self.pointer(name)
         if pointer is None:
-            raise ModelError(f"model {name!r} has no serving version in {self.root}; {_RETRAIN} --out {self.root}")
+            others = [n for n in self.names() if n != name]
+            hint = did_you_mean(name, others) if others and not self._versions(name).is_dir() else ""
+            raise ModelError(f"model {name!r} has no serving version in {self.root}; {hint}{_RETRAIN} --out "
+                             f"{self.root}")
+        if not self.version_dir(name, pointer.version).is_dir():
+            raise ModelError(f"model {name!r}: the serving version {pointer.version} is gone (deleted or pruned) — "
+                             f"the serving pointer is damaged; {_REPAIR}")
         loaded = load_artifact(self.version_dir(name, pointer.version), expected_series=expected_series)
         if loaded.manifest.sha256 != pointer.sha256:
             raise ModelError(
@@ -538,9 +640,54 @@ class ModelStore:
             out.append(info)
         return out
 
+    def verify(self, name: str | None = None, *, repair: bool = False) -> builtins.list[VerifyReport]:
+        """Check every model (or ``name``): pointer readable, serving version verified, every version
+        verified. ``repair``: a damaged pointer or a serving version that fails is re-pointed to the
+        newest version that verifies (under the lock)."""
+        names = [name] if name is not None else self.names()
+        return [self._verify_one(n, repair) for n in names]
+
+    def _verify_one(self, name: str, repair: bool) -> VerifyReport:
+        problems: list[str] = []
+        infos = self.list(name)
+        if not self._versions(name).is_dir():
+            return VerifyReport(name, None, 0, (f"model {name!r} is not in {self.root}; {_RETRAIN} --out {self.root}",))
+        pointer, damaged = self.pointer_or_problem(name)
+        if damaged:
+            problems.append(damaged)
+        elif pointer is None:
+            problems.append(f"model {name!r} has no serving pointer; promote a version with "
+                            "`predictive-scaler models promote`")
+        else:
+            try:
+                self.serving(name)
+            except ModelError as exc:
+                problems.append(f"serving version {pointer.version}: {exc}")
+        for info in infos:
+            try:
+                load_artifact(self.version_dir(name, info.version))
+            except ModelError as exc:
+                problems.append(f"version {info.version}: {exc}")
+        repaired = None
+        if repair and problems:
+            with self._locked(name):
+                pointer, damaged = self.pointer_or_problem(name)
+                serving_ok = pointer is not None and damaged is None and _intact(
+                    self.version_dir(name, pointer.version), pointer.sha256)
+                if not serving_ok:
+                    for info in reversed(self.list(name)):
+                        if _intact(self.version_dir(name, info.version), None):
+                            loaded = self._promote(name, info.version)
+                            repaired = f"serving pointer repaired: now {loaded.path.name}"
+                            break
+            if repaired:
+                return self._verify_one(name, repair=False).with_repair(repaired)
+        pointer, _ = self.pointer_or_problem(name)
+        return VerifyReport(name, pointer.version if pointer else None, len(infos), tuple(problems), repaired)
+
     # housekeeping
     def _prune(self, name: str) -> None:
-        pointer = self.pointer(name)
+        pointer, _ = self.pointer_or_problem(name)
         # The newest `keep` versions stay, plus the serving one if it is older (after a rollback).
         protected = set() if pointer is None else {pointer.version}
         versions = [v.version for v in self.list(name)]
@@ -549,9 +696,11 @@ class ModelStore:
                 shutil.rmtree(self.version_dir(name, v), ignore_errors=True)
 
     def _clean_temporaries(self, versions: Path) -> None:
-        # Leftovers of crashed publishes: never visible as versions, removed on the next publish.
+        # Leftovers of crashed publishes: never visible as versions, removed on the next publish —
+        # but only once their writer is gone: another writer may be filling its own right now.
         for p in versions.glob(".tmp-*"):
-            shutil.rmtree(p, ignore_errors=True)
+            if _writer_gone(p):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -564,12 +713,48 @@ def _without_advice(message: str) -> str:
     return _TRAILING_RETRAIN.sub("", message)
 
 
-def _intact(directory: Path, sha256: str) -> bool:
-    """Whether the version in ``directory`` loads and holds the model whose hash is ``sha256``."""
+def _intact(directory: Path, sha256: str | None) -> bool:
+    """Whether the version in ``directory`` loads (and, given ``sha256``, holds the model with that hash)."""
     try:
-        return load_artifact(directory).manifest.sha256 == sha256
+        loaded = load_artifact(directory)
     except (ModelError, ConfigError):
         return False
+    return sha256 is None or loaded.manifest.sha256 == sha256
+
+
+_TEMPORARY = re.compile(r"^\.tmp-(\d+)@(.+)-[0-9a-f]{12}$")
+
+
+def _writer_gone(path: Path) -> bool:
+    """Whether the publish that made the temporary directory ``path`` can no longer finish it."""
+    m = _TEMPORARY.match(path.name)
+    if m is None:
+        return True  # not a name this build writes: an old build's leftover
+    pid, host = int(m.group(1)), m.group(2)
+    if host != socket.gethostname():
+        try:
+            return time.time() - path.stat().st_mtime > STALE_TEMPORARY_SECONDS
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+_REPAIR = ("repair it with `predictive-scaler models rollback` (the newest version that verifies) or "
+           "`predictive-scaler models promote --version V`, or retrain; `predictive-scaler models verify` checks "
+           "the store")
+
+
+def _without_store_advice(message: str) -> str:
+    for advice in (f"; {_ROLLBACK} or {_RETRAIN}", f"; {_RETRAIN}", f" — {_ROLLBACK} or {_RETRAIN}"):
+        if message.endswith(advice):
+            return message[: -len(advice)]
+    return message
 
 def _check_name(name: str, *, what: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:

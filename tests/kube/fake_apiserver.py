@@ -175,6 +175,8 @@ class FakeApiServer:
             self.register_type(rtype)
         if keda_installed:
             self.install_keda()
+        # deploy/base is applied: the placeholder PriorityClass exists (value -10).
+        self.add_priority_class("predictive-scaler-placeholder", -10)
         httpserver.expect_request(re.compile(".*")).respond_with_handler(self._handle)
         configuration = Configuration(host=httpserver.url_for("/").rstrip("/"))
         # Callers see exactly what the server answered: no hidden urllib3 retries
@@ -326,6 +328,10 @@ class FakeApiServer:
         if terminating:
             pod["metadata"]["deletionTimestamp"] = _now()
         return self.put(pod)
+
+    def add_priority_class(self, name: str, value: int) -> dict[str, Any]:
+        return self.put({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                         "metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"})
 
     def add_gpu_node(
         self,

@@ -739,6 +739,7 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     cluster.ensure_placeholder(spec, 2)
     cluster.ensure_placeholder(_scaler_spec(fake_api, gpus_per_pod=8), 2)
     cluster.delete_placeholder("llm", NS)
+    assert cluster.priority_class_value(manifests.PLACEHOLDER_PRIORITY_CLASS) == -10
     cluster.list_conflicting_autoscalers(DEPLOYMENT)
     cluster.create_event(
         {

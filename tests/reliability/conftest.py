@@ -121,3 +121,19 @@ def make_world(fake_api: FakeApiServer, store: ModelStore, proxy: FaultProxy,
         spec = matrix_spec(prometheus_server, **spec_overrides)
         return World(fake_api, store, proxy.url, trace_time(prometheus_server, offset), spec)
     return make
+
+
+@pytest.fixture(scope="session")
+def hostile_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """good.csv (21 days at 5 min) and a store with three versions of ``web`` — see hostile.py."""
+    from tests.reliability.hostile import build_template
+
+    return build_template(tmp_path_factory.mktemp("hostile-template"))
+
+
+@pytest.fixture
+def work(hostile_template: Path, tmp_path: Path) -> Path:
+    """A private copy of the hostile template: cases write into it and damage its store."""
+    from tests.reliability.hostile import prepare
+
+    return prepare(hostile_template, tmp_path / "work")
