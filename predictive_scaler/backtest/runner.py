@@ -23,8 +23,10 @@ import pandas as pd
 from predictive_scaler.backtest import peers
 from predictive_scaler.backtest.measures import (
     BoundMeasures,
+    BudgetAudit,
     HorizonAccuracy,
     PolicyMeasures,
+    audit_budget,
     measure_bound,
     measure_policy,
     ratio,
@@ -32,6 +34,7 @@ from predictive_scaler.backtest.measures import (
 from predictive_scaler.backtest.scenario import Scenario
 from predictive_scaler.backtest.simulator import Demand, PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
+from predictive_scaler.policy.budget import allowance
 from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import ScalerSpec
 
@@ -352,13 +355,14 @@ def run_backtest(
             run = _play(name, schedule, setup, progress(name))
         runs[name] = run
         wall[name] = time.perf_counter() - started
-    reactive_desired = runs["reactive"].desired
+    reactive_billed = runs["reactive"].billed_gpus
     if "reactive" not in scenario.policies:
         del runs["reactive"], wall["reactive"]
 
+    audits = {name: budget_audit(setup, run, first_need) for name, run in runs.items() if name in BUDGETED}
     measures = {
-        name: measure_policy(run, demand, cfg, reactive_desired=reactive_desired, reactive_need=reactive_need,
-                             demand_unit_seconds=scenario.demand_unit_seconds)
+        name: measure_policy(run, demand, cfg, reactive_billed=reactive_billed, reactive_need=reactive_need,
+                             demand_unit_seconds=scenario.demand_unit_seconds, audit=audits.get(name))
         for name, run in runs.items()
     }
     bound_gpus = peers.bound_gpus(demand, cfg)
@@ -373,6 +377,37 @@ def run_backtest(
 
         result.accuracy, result.baseline_accuracy = forecast_accuracy(setup, result.forecasts)
     return result
+
+
+#: Policies that run with a prewarm budget (audited every tick); the others report null.
+BUDGETED = ("predictive",)
+
+
+def planner_metric(setup: Setup) -> np.ndarray:
+    """Per tick, the demand the planner sees (the trace ``metrics_delay_s`` ago, training included; NaN = gap)."""
+    trace = setup.trace
+    delay = setup.scenario.cluster.metrics_delay_s
+    t = setup.eval_start.timestamp() + np.arange(setup.n_ticks) * setup.tick_s - delay
+    idx = np.floor((t - trace.start.timestamp()) / trace.step_seconds).astype(np.int64)
+    values = np.asarray(trace.values, dtype=float)
+    ok = (idx >= 0) & (idx < values.size)
+    out = np.full(setup.n_ticks, np.nan)
+    out[ok] = values[idx[ok]]
+    return out
+
+
+def counterfactual(setup: Setup, initial_replicas: int) -> np.ndarray:
+    """The HPA rule replayed on the planner's demand alone: what speculation is measured from."""
+    return peers.counterfactual_schedule(
+        planner_metric(setup), behavior=setup.spec.reactive, capacity=setup.spec.capacity_per_replica,
+        bounds=setup.bounds, initial_replicas=initial_replicas, tick_s=setup.tick_s,
+        control_every=setup.control_every)
+
+
+def budget_audit(setup: Setup, run: PolicyRun, initial_replicas: int) -> BudgetAudit:
+    """Speculative GPUs every tick against the counterfactual and the spec's budget."""
+    allowed = allowance(setup.spec.prewarm.budget).gpus
+    return audit_budget(run, counterfactual(setup, initial_replicas), setup.scenario.cluster, allowed)
 
 
 def _peer_schedule(name: str, setup: Setup) -> np.ndarray:
