@@ -351,6 +351,17 @@ class Prewarm(_Settings):
     budget: Budget = field(default_factory=Budget, metadata=_m(
         "Hard bound on speculative capacity (all GPUs that exist only because of the forecast, whether or "
         "not placeholders are enabled). An empty budget allows no speculation."))
+    replicas_ahead: bool = field(default=False, metadata=_m(
+        "Start replicas, not only placeholders, for the forecast one node lead time ahead: on GPU nodes billed "
+        "whole, a replica started early costs what a placeholder does and serves as soon as it is ready. The "
+        "forecast is then the stabilisation: the predictive strategy releases capacity as soon as the forecast "
+        "over the node lead time and the demand observed now allow (never below the replicas observed demand "
+        "needs), not after the reactive rule's scale-down window. Applies whether or not placeholders are "
+        "enabled; bounded by the budget. Default: false."))
+    fill_nodes: bool = field(default=False, metadata=_m(
+        "Run a replica on every GPU of the whole nodes the plan needs (up to maxReplicas): a billed GPU costs "
+        "the same idle or serving. Only for node pools the target has to itself. The extra replicas count as "
+        "speculative GPUs above the reactive counterfactual, within the budget. Default: false."))
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
         "target": {"name": "backtest"},
         # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
         "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
-        "capacity": {"requestsPerReplica": capacity * scenario.target_utilization},
+        "capacity": {"requestsPerReplica": capacity * scenario.planning_utilization},
         "gpusPerReplica": cfg.gpus_per_replica,
         "minReplicas": scenario.min_replicas,
         "maxReplicas": max_replicas,
@@ -323,7 +323,7 @@ def run_backtest(
     bounds = setup.bounds
     n = setup.n_ticks
     spec = setup.spec
-    plan_capacity = spec.capacity_per_replica
+    plan_capacity = setup.capacity_per_replica * scenario.target_utilization  # the peers' HPA target
     first_need = int(np.clip(demand.need(scenario.target_utilization)[0], bounds.min_replicas, bounds.max_replicas))
     reactive_need = demand.need(scenario.target_utilization)
     metric = peers.observed(demand, cfg.metrics_delay_s)

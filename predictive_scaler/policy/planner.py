@@ -244,12 +244,19 @@ def plan(
             strategy = "predictive"
         reasons.extend(reactive.reasons)
         desired = cf
+        if strategy == "reactive" and spec.prewarm.fill_nodes:
+            desired = _fill(cf, cf, hi, gpr, gpn, allow.gpus, speculative, reasons)
         if strategy == "predictive":
             assert view is not None
             if drift_state.note and drift_state.note_at == t:
                 reasons.append(drift_state.note)
             lead_pod = spec.lead_times.pod_start_seconds
             lead_node = spec.lead_times.node_start_seconds
+            ahead = spec.prewarm.replicas_ahead
+            # Replicas ahead: sized for the highest quantile over the node lead time, so whole nodes
+            # arrive before the peak and leave as soon as the forecast over that window allows.
+            if ahead:
+                lead_pod = lead_node
             q_pod, _ = view.max_over(t, t + lead_pod)
             q_node, node_covered = view.max_over(t, t + lead_node)
             # The forecast is of step means; per-minute peaks inside a step run above them.
@@ -266,8 +273,11 @@ def plan(
             if raw_pred > hi:
                 limits.append("max-replicas")
                 reasons.append(f"clamped to maxReplicas {hi} (forecast asks for {raw_pred})")
-            want = max(predicted, cf)
-            desired = budget_policy.most_within(cf, want, lambda d: speculative(d, 0) <= allow.gpus)
+            # The floor: the reactive counterfactual — or, with replicas ahead (the forecast is the
+            # stabilisation), the replicas the demand observed now needs.
+            floor = clamp(replicas_for(value, cap), lo, hi) if ahead else cf
+            want = max(predicted, floor)
+            desired = budget_policy.most_within(min(want, cf), want, lambda d: speculative(d, 0) <= allow.gpus)
             if want > cf:
                 cost = allow.cost(speculative(desired, 0))
                 reasons.append(
@@ -276,9 +286,14 @@ def plan(
                 if desired < want:
                     limits.append("budget")
                     reasons.append(_budget_text(allow, speculative(want, 0), "replicas"))
+            elif ahead and want < cf:
+                reasons.append(f"the forecast over the next {lead_pod} s and the demand now need {want} replicas, "
+                               f"fewer than the reactive rule's {cf} (its scale-down window): releasing to {want}")
             elif predicted < cf:
                 reasons.append(f"the forecast needs {predicted} replicas, fewer than the reactive "
                                f"{cf}; keeping the reactive floor")
+            if spec.prewarm.fill_nodes:
+                desired = _fill(desired, cf, hi, gpr, gpn, allow.gpus, speculative, reasons)
             if spec.prewarm.enabled:
                 placeholders, ph_reasons, ph_limited = _placeholders(
                     size_node, cap, unit, hi, desired, current, free, gpr, gpn, lead_node, node_covered,
@@ -365,6 +380,18 @@ def _placeholders(
     if limited:
         reasons.append(_budget_text(allow, speculative(desired, extra * gpr), "prewarmed nodes"))
     return gpus, reasons, limited
+
+
+def _fill(desired: int, cf: int, hi: int, gpr: int, gpn: int, allowed: int,
+          speculative: Callable[[int, int], int], reasons: list[str]) -> int:
+    """``desired`` raised to fill every GPU of the whole nodes it takes (prewarm.fillNodes), within budget."""
+    per_node = max(1, gpn // gpr)
+    full = min(hi, -(-desired // per_node) * per_node)
+    filled = budget_policy.most_within(desired, full, lambda d: speculative(d, 0) <= allowed)
+    if filled > desired:
+        reasons.append(f"fill nodes: {filled} replicas use every GPU of the {-(-filled // per_node)} node(s) "
+                       f"{desired} replicas take (a billed GPU costs the same idle or serving)")
+    return filled
 
 
 def _cost_text(cost: float | None, currency: str) -> str:

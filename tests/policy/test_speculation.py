@@ -110,3 +110,50 @@ def test_counterfactual_survives_a_restart() -> None:
     assert direct.reactive_replicas == 18
     # A fresh state knows no counterfactual: it starts from the demand, not from the raised replicas.
     assert fresh.reactive_replicas == 18
+
+
+def _ahead_spec(max_gpus: int, *, ahead: bool, fill: bool) -> ScalerSpec:
+    return ScalerSpec.from_dict({
+        "target": {"name": "llm"}, "demand": {"query": "q"}, "capacity": {"requestsPerReplica": 1.0},
+        "minReplicas": 1, "maxReplicas": 60, "leadTimes": {"podStartSeconds": 70, "nodeStartSeconds": 420},
+        "prewarm": {"enabled": True, "gpusPerNode": GPN, "replicasAhead": ahead, "fillNodes": fill,
+                    "budget": {"maxGpus": max_gpus}},
+    })
+
+
+@pytest.mark.parametrize(
+    ("max_gpus", "fill", "p95", "expected"),
+    [
+        (8, True, 5.0, 8),     # 5 replicas take 2 nodes: fill both (3 speculative GPUs)
+        (2, True, 5.0, 7),     # … within the budget: 2 GPUs above the counterfactual of 5
+        (8, False, 5.0, 5),
+        (8, True, 8.0, 8),     # already whole nodes
+    ],
+    ids=["fill", "fill-within-budget", "no-fill", "whole-nodes"],
+)
+def test_fill_nodes(max_gpus: int, fill: bool, p95: float, expected: int) -> None:
+    spec = _ahead_spec(max_gpus, ahead=True, fill=fill)
+    cluster = ClusterState(desired_replicas=5, ready_replicas=5)
+    d, _ = plan(spec, _forecast(START, p95 * 0.9, p95), DemandSample(5.0, START), cluster, PlannerState(), START)
+    assert d.desired_replicas == expected
+    assert d.speculative_gpus <= max_gpus
+    assert d.reactive_replicas == 5
+
+
+@pytest.mark.parametrize(("ahead", "expected"), [(True, 10), (False, 20)], ids=["forecast-stabilises", "hpa-window"])
+def test_replicas_ahead_release_when_the_forecast_falls(ahead: bool, expected: int) -> None:
+    """Demand falls from 20 to 10 and the forecast agrees: with replicas ahead the planner releases at
+    once (the forecast is the stabilisation); otherwise the reactive floor holds 20 for its 300 s window."""
+    spec = _ahead_spec(8, ahead=ahead, fill=False)
+    state, replicas = PlannerState(), 20
+    decisions = []
+    for i, d in enumerate([20.0] * 5 + [10.0] * 3):
+        now = START + timedelta(minutes=i)
+        p95 = 20.0 if d == 20.0 else 10.0
+        decision, state = plan(spec, _forecast(now, p95 * 0.9, p95), DemandSample(d, now),
+                               ClusterState(desired_replicas=replicas, ready_replicas=replicas), state, now)
+        replicas = decision.desired_replicas
+        decisions.append(decision)
+    assert decisions[-1].desired_replicas == expected
+    assert decisions[-1].reactive_replicas == 20  # the counterfactual is still in its scale-down window
+    assert all(x.speculative_gpus <= 8 for x in decisions)
