@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,9 @@ from predictive_scaler.errors import ConfigError, InsufficientHistoryError
 from predictive_scaler.policy.budget import allowance
 from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import ScalerSpec
+
+if TYPE_CHECKING:
+    from predictive_scaler.backtest.adapters import PredictiveCache
 
 #: Models work on a 5-minute grid unless the trace is coarser (shared contract).
 DEFAULT_MODEL_STEP = 300
@@ -315,18 +318,16 @@ def run_backtest(
     scenario: Scenario,
     *,
     progress_factory: Callable[[str, int], Progress] | None = None,
+    cache: PredictiveCache | None = None,
 ) -> Result:
-    """Run the scenario's policies over ``trace``. ``progress_factory(policy, ticks)`` gives a tick counter."""
+    """Run the scenario's policies over ``trace``. ``progress_factory(policy, ticks)`` gives a tick counter;
+    ``cache`` keeps the predictive policy's models and forecasts for other operating points."""
     setup = prepare(trace, scenario)
     demand = setup.demand
     cfg = scenario.cluster
-    bounds = setup.bounds
     n = setup.n_ticks
-    spec = setup.spec
-    plan_capacity = setup.capacity_per_replica * scenario.target_utilization  # the peers' HPA target
-    first_need = int(np.clip(demand.need(scenario.target_utilization)[0], bounds.min_replicas, bounds.max_replicas))
+    first_need = initial_replicas(setup)
     reactive_need = demand.need(scenario.target_utilization)
-    metric = peers.observed(demand, cfg.metrics_delay_s)
 
     runs: dict[str, PolicyRun] = {}
     wall: dict[str, float] = {}
@@ -342,14 +343,11 @@ def run_backtest(
         if name == "predictive":
             from predictive_scaler.backtest.adapters import run_predictive
 
-            run, extras = run_predictive(setup, initial_replicas=first_need, progress=progress(name))
+            run, extras = run_predictive(setup, initial_replicas=first_need, progress=progress(name), cache=cache)
             result_extras.update(extras)
         elif name in ("reactive", "holt-winters"):
-            floor = _holt_winters_floor(setup) * plan_capacity if name == "holt-winters" else None
-            control = peers.HpaControl(metric, behavior=spec.reactive, capacity=plan_capacity, bounds=bounds, floor=floor)
-            run = simulate(name, control, n, setup.tick_s, cfg, initial_replicas=first_need,
-                           control_every=setup.control_every, has_fallback=name == "holt-winters",
-                           progress=progress(name) if name in scenario.policies else None)
+            run = hpa_run(setup, name, scenario.target_utilization, initial_replicas=first_need,
+                          progress=progress(name) if name in scenario.policies else None)
         else:
             schedule = _peer_schedule(name, setup)
             run = _play(name, schedule, setup, progress(name))
@@ -377,6 +375,25 @@ def run_backtest(
 
         result.accuracy, result.baseline_accuracy = forecast_accuracy(setup, result.forecasts)
     return result
+
+
+def initial_replicas(setup: Setup) -> int:
+    """Replicas every policy starts the evaluation with: what its first tick needs at the peers' target."""
+    need = setup.demand.need(setup.scenario.target_utilization)[0]
+    return int(np.clip(need, setup.bounds.min_replicas, setup.bounds.max_replicas))
+
+
+def hpa_run(setup: Setup, name: str, utilization: float, *, initial_replicas: int,
+            progress: Progress | None = None) -> PolicyRun:
+    """The reactive peer (or, ``name == "holt-winters"``, the Holt-Winters peer) at HPA target ``utilization``."""
+    plan_capacity = setup.capacity_per_replica * utilization
+    floor = _holt_winters_floor(setup, utilization) * plan_capacity if name == "holt-winters" else None
+    metric = peers.observed(setup.demand, setup.scenario.cluster.metrics_delay_s)
+    control = peers.HpaControl(metric, behavior=setup.spec.reactive, capacity=plan_capacity, bounds=setup.bounds,
+                               floor=floor)
+    return simulate(name, control, setup.n_ticks, setup.tick_s, setup.scenario.cluster,
+                    initial_replicas=initial_replicas, control_every=setup.control_every,
+                    has_fallback=name == "holt-winters", progress=progress)
 
 
 #: Policies that run with a prewarm budget (audited every tick); the others report null.
@@ -419,11 +436,11 @@ def _peer_schedule(name: str, setup: Setup) -> np.ndarray:
     raise ConfigError(f"unknown policy {name!r}", field="policies")
 
 
-def _holt_winters_floor(setup: Setup) -> np.ndarray:
+def _holt_winters_floor(setup: Setup, utilization: float) -> np.ndarray:
     """The Holt-Winters replica forecast per tick, trained on the reactive recommendation at the model step."""
     scenario = setup.scenario
     trace = setup.trace
-    per = setup.capacity_per_replica * scenario.target_utilization
+    per = setup.capacity_per_replica * utilization
     train_steps_trace = setup.training_values.size
     full = np.asarray(trace.values[: train_steps_trace + setup.n_ticks * setup.tick_s // trace.step_seconds], dtype=float)
     # Fitted at a 15-minute step (or the trace's, if coarser): a daily season of 96
