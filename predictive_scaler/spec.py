@@ -264,6 +264,11 @@ class ReactiveBehavior(_Settings):
         "Scale-down policy: remove at most this percentage of the replicas per period. Default: 100.", minimum=0, maximum=100))
     scale_down_period_seconds: int = field(default=15, metadata=_m(
         "Period of the scale-down policy. Default: 15.", minimum=1, maximum=1800))
+    target_utilization: float = field(default=1.0, metadata=_m(
+        "Share of a replica's capacity the reactive rule (the fallback, and the counterfactual the prewarm budget "
+        "is measured from) plans on, as an HPA target below 100 % leaves room for its reaction time; predictive "
+        "sizing plans on the full capacity (its headroom is the forecast quantile and the intra-step peak "
+        "factor). Default: 1.", minimum=0.1, maximum=1))
 
     def _check(self) -> None:
         if self.scale_up_percent == 0 and self.scale_up_pods == 0:

@@ -202,6 +202,8 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
         # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
         "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
         "capacity": {"requestsPerReplica": capacity * scenario.planning_utilization},
+        # The predictive policy's reactive rule (fallback, counterfactual) at the peers' HPA target.
+        "reactive": {"targetUtilization": min(1.0, scenario.target_utilization / scenario.planning_utilization)},
         "gpusPerReplica": cfg.gpus_per_replica,
         "minReplicas": scenario.min_replicas,
         "maxReplicas": max_replicas,
@@ -416,7 +418,8 @@ def planner_metric(setup: Setup) -> np.ndarray:
 def counterfactual(setup: Setup, initial_replicas: int) -> np.ndarray:
     """The HPA rule replayed on the planner's demand alone: what speculation is measured from."""
     return peers.counterfactual_schedule(
-        planner_metric(setup), behavior=setup.spec.reactive, capacity=setup.spec.capacity_per_replica,
+        planner_metric(setup), behavior=setup.spec.reactive,
+        capacity=setup.spec.capacity_per_replica * setup.spec.reactive.target_utilization,
         bounds=setup.bounds, initial_replicas=initial_replicas, tick_s=setup.tick_s,
         control_every=setup.control_every)
 

@@ -160,6 +160,7 @@ def plan(
     currency = allow.currency
 
     value, demand_problem = _demand_value(demand, t, spec.demand.max_age_seconds)
+    observed_at = demand.observed_at.timestamp() if value is not None and demand and demand.observed_at else None
     if value is None and metrics_problem:
         demand_problem = f"{metrics_problem}; {demand_problem}" if demand is not None else metrics_problem
     view, view_problem = view_forecast(forecast, spec.quantile, t)
@@ -169,7 +170,7 @@ def plan(
 
     drift_state = state.drift
     if view is not None:
-        drift_state = drift_policy.refresh_pending(drift_state, view, t)
+        drift_state = drift_policy.refresh_pending(drift_state, view, t, observed_at)
     # The counterfactual: the HPA rule stepped on its own replica count, never on the replicas the
     # forecast raised (else HPA tolerance and the scale-down window fold speculation into the floor).
     # It counts all its replicas ready (it has no pods to observe); the first decision, before any
@@ -188,7 +189,8 @@ def plan(
     placeholders = 0
 
     reactive = reactive_policy.recommend(
-        spec.reactive, demand=value, capacity=cap, current=cf_before, ready=cf_ready,
+        spec.reactive, demand=value, capacity=cap * spec.reactive.target_utilization, current=cf_before,
+        ready=cf_ready,
         min_replicas=lo, max_replicas=hi, recommendations=state.recommendations,
         scale_events=events, now=t, unit=unit,
     )
@@ -228,7 +230,8 @@ def plan(
     else:
         missing_since = None
         drift_state, _ = drift_policy.observe(
-            drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap)
+            drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap,
+            observed_at=observed_at)
         limits.extend(reactive.limits)
         if model_problem is not None:
             strategy = "reactive"
