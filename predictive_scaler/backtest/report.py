@@ -120,7 +120,8 @@ def verdict(result: Result, frontier: FrontierResult | None = None) -> list[str]
     oracle_full = oracle is not None and oracle.slo_attainment is not None and oracle.slo_attainment >= 1 - 1e-9
     aim = "aim ≥ 99.5 %" + ("" if oracle is None or oracle_full else
                             f"; the oracle serves only {_pct(oracle.slo_attainment)}, so the aim does not apply")
-    lines.append(f"demand served: {_pct(slo)} ({aim}) — {'met' if slo is not None and slo >= 0.995 else 'NOT met'}")
+    served = "–" if slo is None else f"{100 * slo:.2f} %"
+    lines.append(f"demand served: {served} ({aim}) — {'met' if slo is not None and slo >= 0.995 else 'NOT met'}")
     if frontier is not None:
         lines += frontier_verdict(frontier)
     if m.minutes_over_budget is not None:
