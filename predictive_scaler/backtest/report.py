@@ -237,19 +237,6 @@ def _why(result: Result) -> list[str]:
     return out
 
 
-def budget_cost(result: Result) -> float | None:
-    """The prewarm budget over the evaluated time, in currency (maxGpus × price, or maxCostPerHour)."""
-    budget = result.setup.spec.prewarm.budget
-    hours = float(result.setup.demand.known.sum() * result.setup.tick_s / 3600.0)
-    price = budget.price_per_gpu_hour if budget.price_per_gpu_hour is not None else result.setup.scenario.cluster.price_per_gpu_hour
-    per_hour = []
-    if budget.max_gpus is not None:
-        per_hour.append(budget.max_gpus * price)
-    if budget.max_cost_per_hour is not None:
-        per_hour.append(budget.max_cost_per_hour)
-    return min(per_hour) * hours if per_hour else None
-
-
 # -- plots --------------------------------------------------------------------------------------
 
 def plot_files(result: Result, directory: Path, frontier: FrontierResult | None = None) -> dict[str, Path]:
