@@ -23,7 +23,7 @@ install: $(STAMP)
 
 ## demo: run the main job (a backtest of the bundled NASA trace) and say where the report is
 demo: $(STAMP)
-	$(BIN)/predictive-scaler backtest --report backtests/results/demo
+	$(BIN)/predictive-scaler backtest --frontier --evaluation 42d --report backtests/results/demo
 
 ## tools: the programs the tests need besides Python packages (installed with apt when root)
 tools:
@@ -47,7 +47,7 @@ bench-forecast: $(STAMP)
 	$(BIN)/python -m predictive_scaler.bench.forecast --traces $(TRACES) --out backtests/results/forecast.md
 
 bench-backtest: $(STAMP)
-	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --out backtests/results/summary.md
+	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md
 
 bench-controller: $(STAMP) tools
 	$(BIN)/python -m predictive_scaler.bench.controller --out backtests/results/controller.md

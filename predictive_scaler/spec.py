@@ -301,6 +301,11 @@ class ReactiveBehavior(_Settings):
         "Scale-down policy: remove at most this percentage of the replicas per period. Default: 100.", minimum=0, maximum=100))
     scale_down_period_seconds: int = field(default=15, metadata=_m(
         "Period of the scale-down policy. Default: 15.", minimum=1, maximum=1800))
+    target_utilization: float = field(default=1.0, metadata=_m(
+        "Share of a replica's capacity the reactive rule (the fallback, and the counterfactual the prewarm budget "
+        "is measured from) plans on, as an HPA target below 100 % leaves room for its reaction time; predictive "
+        "sizing plans on the full capacity (its headroom is the forecast quantile and the intra-step peak "
+        "factor). Default: 1.", minimum=0.1, maximum=1))
 
     _cel = (CelRule("self.scaleUpPercent > 0 || self.scaleUpPods > 0",
                     "scaleUpPercent and scaleUpPods are both 0, so the workload could never scale up"),)
@@ -397,6 +402,17 @@ class Prewarm(_Settings):
     budget: Budget = field(default_factory=Budget, metadata=_m(
         "Hard bound on speculative capacity (all GPUs that exist only because of the forecast, whether or "
         "not placeholders are enabled). An empty budget allows no speculation."))
+    replicas_ahead: bool = field(default=False, metadata=_m(
+        "Start replicas, not only placeholders, for the forecast one node lead time ahead: on GPU nodes billed "
+        "whole, a replica started early costs what a placeholder does and serves as soon as it is ready. The "
+        "forecast is then the stabilisation: the predictive strategy releases capacity as soon as the forecast "
+        "over the node lead time and the demand observed now allow (never below the replicas observed demand "
+        "needs), not after the reactive rule's scale-down window. Applies whether or not placeholders are "
+        "enabled; bounded by the budget. Default: false."))
+    fill_nodes: bool = field(default=False, metadata=_m(
+        "Run a replica on every GPU of the whole nodes the plan needs (up to maxReplicas): a billed GPU costs "
+        "the same idle or serving. Only for node pools the target has to itself. The extra replicas count as "
+        "speculative GPUs above the reactive counterfactual, within the budget. Default: false."))
 
 
 @dataclass(frozen=True)

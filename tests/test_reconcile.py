@@ -153,7 +153,9 @@ def test_prometheus_down_holds_then_falls_back_never_scaling_down() -> None:
     assert [r.decision.strategy for r in outage] == ["hold"] * 3 + ["reactive"] * 7
     assert all(r.decision.desired_replicas >= replicas_before for r in outage)
     assert all(r.decision.placeholder_gpus <= placeholders_before for r in outage[:3])
-    assert all(r.decision.placeholder_gpus == 0 and r.decision.speculative_gpus == 0 for r in outage[3:])
+    # Placeholders go; replicas the forecast added are kept (never a scale-down on missing data) and
+    # still count as speculative against the counterfactual, within the budget.
+    assert all(r.decision.placeholder_gpus == 0 and r.decision.speculative_gpus <= 8 for r in outage[3:])
     conds = {c.type: c for c in outage[0].conditions}
     assert conds["MetricsUnavailable"].status == "True"
     assert "connection refused" in conds["MetricsUnavailable"].message

@@ -92,8 +92,11 @@ class ServedModel:
     """
 
     def __init__(self, model: FittedModel, version: str, *, horizon_steps: int, quantiles: tuple[float, ...],
-                 recent_steps: int | None = None) -> None:
+                 recent_steps: int | None = None,
+                 memo: dict[tuple[str | None, int], Forecast] | None = None) -> None:
         self.model = model
+        #: Forecasts served before, by (version, origin): shared by the operating points of a frontier.
+        self.memo = memo
         self._recent_steps = recent_steps
         self.batch_rejections = 0
         self._version = version
@@ -159,6 +162,12 @@ class ServedModel:
 
     def forecast(self, recent: Series, now: datetime) -> Forecast:
         key = int(recent.last_time.timestamp()) if len(recent) else None
+        memo_key = (self._version, key) if key is not None and recent.step_seconds == self.step_seconds else None
+        if self.memo is not None and memo_key is not None and memo_key in self.memo:
+            forecast = self.memo[memo_key]
+            self.issued.append(forecast.issued_at)
+            self.values.append(np.asarray(forecast.values))
+            return forecast
         cached = self._batch.get(key) if key is not None and recent.step_seconds == self.step_seconds else None
         if cached is not None and np.isfinite(cached).all():
             forecast = Forecast(issued_at=recent.last_time, step_seconds=self.step_seconds,
@@ -169,6 +178,8 @@ class ServedModel:
             self.seconds += time.perf_counter() - started
         self.issued.append(forecast.issued_at)
         self.values.append(np.asarray(forecast.values))
+        if self.memo is not None and memo_key is not None:
+            self.memo[memo_key] = forecast
         return forecast
 
 
@@ -262,27 +273,77 @@ class Trainer:
 
 # -- the predictive policy ------------------------------------------------------------------------
 
+@dataclass
+class PredictiveCache:
+    """What the predictive policy's operating points share: the trained models and the served forecasts.
+
+    Training, promotion and forecasts depend on the trace, the protocol, the quantile and the horizon —
+    never on the planner's headroom knobs (which only change what is done with a forecast), so the
+    first run fills this and later runs with another knob reuse it. A run whose quantile, horizon,
+    forecasters or protocol differ must use a cache of its own (:meth:`key` guards that).
+    """
+
+    key: tuple[Any, ...] | None = None
+    initial: FittedModel | None = None
+    retrained: dict[float, FittedModel | None] = field(default_factory=dict)
+    events: list[ModelEvent] = field(default_factory=list)
+    forecasts: dict[tuple[str | None, int], Forecast] = field(default_factory=dict)
+    filled: bool = False
+
+    @staticmethod
+    def key_of(setup: Setup) -> tuple[Any, ...]:
+        sc, spec = setup.scenario, setup.spec
+        return (setup.trace.name, len(setup.trace), setup.eval_start, setup.n_ticks, setup.model_step, spec.quantile,
+                spec.horizon_seconds, spec.model.recent_window_seconds, sc.forecasters, sc.retrain_every,
+                sc.cluster.metrics_delay_s)
+
+    def check(self, setup: Setup) -> None:
+        key = self.key_of(setup)
+        if self.key is None:
+            self.key = key
+        elif self.key != key:
+            raise ValueError("PredictiveCache reused for a run whose forecasts differ (quantile, horizon, "
+                             "forecasters or protocol); give it a cache of its own")
+
+
 def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | None = None,
-                   reconciler_class: type[Reconciler] = Reconciler) -> tuple[PolicyRun, dict[str, Any]]:
-    """Walk the evaluation forward through the reconciler; returns the run and the forecast record."""
+                   reconciler_class: type[Reconciler] = Reconciler,
+                   cache: PredictiveCache | None = None) -> tuple[PolicyRun, dict[str, Any]]:
+    """Walk the evaluation forward through the reconciler; returns the run and the forecast record.
+
+    With a filled ``cache`` (from a run of the same trace and protocol), models and forecasts are
+    taken from it instead of being trained and computed again.
+    """
     from predictive_scaler.backtest.runner import ForecastRecord
 
     scenario, spec = setup.scenario, setup.spec
+    if cache is not None:
+        cache.check(setup)
+    reuse = cache is not None and cache.filled
     start = setup.eval_start.to_pydatetime()
     metrics = TraceMetrics(_observable(setup), scenario.cluster.metrics_delay_s)
     step = setup.model_step
     trainer = Trainer(kinds=scenario.forecasters, quantile=spec.quantile,
                       horizon=timedelta(seconds=spec.horizon_seconds), step_seconds=step,
                       scored_window=scenario.retrain_every, scheduled=spec.events)
-    first = trainer.initial(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
+    if reuse:
+        assert cache is not None and cache.initial is not None
+        first = cache.initial
+    else:
+        first = trainer.initial(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
+        if cache is not None:
+            cache.initial = first
     quantiles = tuple(sorted({0.5, spec.quantile}))
     served = ServedModel(first, "v1", horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles,
                          recent_steps=None if spec.model.recent_window_seconds is None
-                         else max(1, spec.model.recent_window_seconds // step))
+                         else max(1, spec.model.recent_window_seconds // step),
+                         memo=None if cache is None else cache.forecasts)
     grid = metrics.grid(step)
     g0 = grid.start.timestamp()
 
     def precompute(from_s: float) -> None:
+        if reuse:
+            return
         first = math.floor((from_s - g0) / step) - 2
         last = math.floor((from_s + retrain_every - g0) / step) + 1
         served.precompute(grid, first, last)
@@ -300,8 +361,15 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
         if now_s >= carry["next_retrain"]:
             carry["next_retrain"] += retrain_every
             observed_until = pd.Timestamp(now) - pd.Timedelta(seconds=scenario.cluster.metrics_delay_s)
-            served_scores = _served_scores(setup, served, since=now - scenario.retrain_every)
-            challenger = trainer.retrain(metrics.trace.until(observed_until - metrics.trace.step), now, served_scores)
+            if reuse:
+                assert cache is not None
+                challenger = cache.retrained[now_s]
+            else:
+                served_scores = _served_scores(setup, served, since=now - scenario.retrain_every)
+                challenger = trainer.retrain(metrics.trace.until(observed_until - metrics.trace.step), now,
+                                             served_scores)
+                if cache is not None:
+                    cache.retrained[now_s] = challenger
             if challenger is not None:
                 carry["versions"] += 1
                 served.swap(challenger, f"v{carry['versions']}")
@@ -320,6 +388,11 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
         quantiles=quantiles,
         values=np.stack(served.values) if served.values else np.zeros((0, len(quantiles), 1)),
     )
+    if cache is not None:
+        if reuse:
+            trainer.events = list(cache.events)
+        else:
+            cache.events, cache.filled = list(trainer.events), True
     notes = [f"forecasting time inside the reconciler: {served.seconds:.1f} s for {len(served.issued)} forecasts"]
     if served.batch_rejections:
         notes.append(f"{served.batch_rejections} batched forecast period(s) differed from direct forecasts "

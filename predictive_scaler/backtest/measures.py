@@ -4,11 +4,21 @@ All measures are taken over the ticks whose demand is known (a trace gap is
 neither served nor billed: it is outside the evidence). Undefined values are
 ``None`` (JSON ``null``), never NaN.
 
-Wasted prewarm, in GPU-hours and currency: at each tick the *speculative* GPUs
-are those held by placeholders plus those of replicas above what the reactive
-policy holds at that tick; the part of them that demand does not need (at the
-reactive target) within one node lead time is waste — capacity bought earlier
-than reacting would have needed, or never needed before it was released.
+Wasted prewarm cost, in billed money (:func:`wasted_billed_gpus`): at each tick
+the GPUs the policy is *billed* for (whole nodes) above what the reactive peer is
+billed for at that tick are what the forecast added; the part of them that
+demand does not need within one node lead time — the whole nodes that the
+highest need (at the reactive target) over the next cold start would take,
+beyond the reactive peer's — is waste, priced at the GPU-hour price. It is split
+into the whole nodes that exist only because of placeholders
+(``wasted_placeholder_cost``: packed, the nodes replicas + placeholders take
+beyond those the replicas alone take) and the rest (``wasted_replica_cost``:
+extra replicas), so the two parts add up to ``wasted_prewarm_cost``.
+
+Budget audit (:func:`audit_budget`): every tick, the speculative GPUs of a
+budgeted policy — placeholders plus replicas above the counterfactual (the HPA
+rule replayed on the demand alone), or the whole nodes they need beyond the
+counterfactual's if more — against the budget's allowance.
 """
 
 from __future__ import annotations
@@ -32,8 +42,13 @@ class PolicyMeasures:
     unserved_requests: float
     prewarm_gpu_hours: float
     wasted_prewarm_cost: float
+    wasted_placeholder_cost: float
+    wasted_replica_cost: float
     scale_events: int
     reactive_minutes: float | None
+    #: Budget audit (policies with a prewarm budget; None for the others).
+    max_speculative_gpus: int | None = None
+    minutes_over_budget: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,11 +68,12 @@ def measure_policy(
     demand: Demand,
     config: ClusterConfig,
     *,
-    reactive_desired: np.ndarray,
+    reactive_billed: np.ndarray,
     reactive_need: np.ndarray,
     demand_unit_seconds: float,
+    audit: BudgetAudit | None = None,
 ) -> PolicyMeasures:
-    """Measures of one policy run. ``reactive_desired`` is the reactive peer's schedule and
+    """Measures of one policy run. ``reactive_billed`` is the reactive peer's billed GPUs and
     ``reactive_need`` the replicas demand needs at the reactive target, per tick."""
     known = demand.known
     tick_h = demand.tick_s / 3600.0
@@ -67,7 +83,10 @@ def measure_policy(
     short = np.where(known, d - served, 0.0)
     total = float(d.sum())
     gpu_hours = float(run.billed_gpus[known].sum() * tick_h)
-    wasted_gpu_hours = float(wasted_speculative_gpus(run, demand, config, reactive_desired, reactive_need)[known].sum() * tick_h)
+    wasted, wasted_ph = wasted_billed_gpus(run, demand, config, reactive_billed, reactive_need)
+    price_h = tick_h * config.price_per_gpu_hour
+    wasted_cost = float(wasted[known].sum() * price_h)
+    wasted_ph_cost = float(wasted_ph[known].sum() * price_h)
     # A change of desired replicas between ticks is one scale event (the first tick is the start state).
     events = int(np.count_nonzero(np.diff(run.desired))) if run.desired.size > 1 else 0
     return PolicyMeasures(
@@ -77,28 +96,62 @@ def measure_policy(
         unmet_minutes=float(np.count_nonzero(short > 1e-9 * max(1.0, demand.capacity_per_replica)) * demand.tick_s / 60.0),
         unserved_requests=float(short.sum() * demand.tick_s / demand_unit_seconds),
         prewarm_gpu_hours=float(run.placeholder_gpus[known].sum() * tick_h),
-        wasted_prewarm_cost=wasted_gpu_hours * config.price_per_gpu_hour,
+        wasted_prewarm_cost=wasted_cost,
+        wasted_placeholder_cost=wasted_ph_cost,
+        wasted_replica_cost=wasted_cost - wasted_ph_cost,
         scale_events=events,
         reactive_minutes=None if run.fallback is None else float(np.count_nonzero(run.fallback & known) * demand.tick_s / 60.0),
+        max_speculative_gpus=None if audit is None else audit.max_speculative_gpus,
+        minutes_over_budget=None if audit is None else audit.minutes_over_budget,
     )
 
 
-def wasted_speculative_gpus(
+def _packed(gpus: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """GPUs of the whole nodes that ``gpus`` GPUs take, packed."""
+    return -(-np.maximum(0, gpus) // gpus_per_node) * gpus_per_node
+
+
+def wasted_billed_gpus(
     run: PolicyRun,
     demand: Demand,
     config: ClusterConfig,
-    reactive_desired: np.ndarray,
+    reactive_billed: np.ndarray,
     reactive_need: np.ndarray,
-) -> np.ndarray:
-    """Per tick, speculative GPUs not needed by demand within one node lead time (see module doc)."""
-    gpr = config.gpus_per_replica
-    speculative = run.placeholder_gpus + gpr * np.maximum(0, run.desired - reactive_desired)
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per tick, (wasted billed GPUs, the part of them due to placeholders) — see the module doc."""
+    gpr, gpn = config.gpus_per_replica, config.gpus_per_node
+    added = np.maximum(0, run.billed_gpus - reactive_billed)
     ahead = int(math.ceil(config.cold_start_s / demand.tick_s)) + 1
-    need = reactive_need
+    need = np.asarray(reactive_need)
     padded = np.concatenate([need, np.zeros(ahead - 1, dtype=need.dtype)])
     peak_ahead = sliding_window_view(padded, ahead).max(axis=1)
-    justified = gpr * np.maximum(0, peak_ahead - reactive_desired)
-    return np.maximum(0, speculative - justified)
+    justified = np.maximum(0, _packed(peak_ahead * gpr, gpn) - reactive_billed)
+    wasted = np.maximum(0, added - justified)
+    replica_gpus = run.desired * gpr
+    placeholder_nodes = _packed(replica_gpus + run.placeholder_gpus, gpn) - _packed(replica_gpus, gpn)
+    return wasted, np.minimum(wasted, placeholder_nodes)
+
+
+@dataclass(frozen=True)
+class BudgetAudit:
+    max_speculative_gpus: int
+    minutes_over_budget: float
+
+
+def speculative_per_tick(run: PolicyRun, counterfactual: np.ndarray, config: ClusterConfig) -> np.ndarray:
+    """Speculative GPUs each tick: placeholders + replicas above the counterfactual, or whole nodes if more."""
+    gpr, gpn = config.gpus_per_replica, config.gpus_per_node
+    held = run.desired * gpr + run.placeholder_gpus
+    excess = np.maximum(0, run.desired - counterfactual) * gpr + run.placeholder_gpus
+    nodes = _packed(held, gpn) - _packed(counterfactual * gpr, gpn)
+    return np.maximum(excess, nodes)
+
+
+def audit_budget(run: PolicyRun, counterfactual: np.ndarray, config: ClusterConfig, allowed_gpus: int) -> BudgetAudit:
+    """The prewarm budget checked every tick against the independently replayed counterfactual."""
+    spec = speculative_per_tick(run, counterfactual, config)
+    over = int(np.count_nonzero(spec > allowed_gpus))
+    return BudgetAudit(int(spec.max()) if spec.size else 0, over * run.tick_s / 60.0)
 
 
 def measure_bound(bound_gpus: np.ndarray, demand: Demand, config: ClusterConfig) -> BoundMeasures:

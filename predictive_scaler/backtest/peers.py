@@ -217,3 +217,32 @@ def _interpolate(y: np.ndarray) -> np.ndarray:
         return np.zeros_like(y)
     idx = np.arange(y.size)
     return np.interp(idx, idx[ok], y[ok])
+
+
+# -- the counterfactual the prewarm budget is audited against ------------------------------------
+
+def counterfactual_schedule(metric: np.ndarray, *, behavior: ReactiveBehavior, capacity: float, bounds: Bounds,
+                            initial_replicas: int, tick_s: int, control_every: int = 1) -> np.ndarray:
+    """Per tick, the replicas the HPA rule alone would hold, stepped on its own count from the demand only.
+
+    ``metric`` is the demand the planner saw at each tick (NaN = missing: the rule holds). The first
+    evaluation starts from ``initial_replicas`` (all ready), as the planner's counterfactual does; this
+    replay never sees what any policy did, so speculation cannot raise it.
+    """
+    out = np.zeros(metric.size, dtype=np.int64)
+    current = int(initial_replicas)
+    recs: tuple[tuple[float, int], ...] = ()
+    events: tuple[tuple[float, int], ...] = ()
+    for i in range(metric.size):
+        if i % control_every == 0:
+            now = float(i * tick_s)
+            value = float(metric[i])
+            r = recommend(behavior, demand=value if math.isfinite(value) else None, capacity=capacity,
+                          current=current, ready=current, min_replicas=bounds.min_replicas,
+                          max_replicas=bounds.max_replicas, recommendations=recs, scale_events=events, now=now)
+            recs = r.recommendations
+            if r.desired != current:
+                events = prune_events(events + ((now, r.desired - current),), behavior, now)
+            current = r.desired
+        out[i] = current
+    return out

@@ -10,6 +10,7 @@ import base64
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from predictive_scaler.backtest import event_windows
 
 if TYPE_CHECKING:
+    from predictive_scaler.backtest.frontier import FrontierResult
     from predictive_scaler.backtest.runner import Result
 
 _COLUMNS = (
@@ -109,29 +111,103 @@ def _pct(v: float | None) -> str:
     return "–" if v is None or not math.isfinite(v) else f"{100 * v:.1f} %"
 
 
-def verdict(result: Result) -> list[str]:
-    """The done-when aims, checked plainly."""
+def verdict(result: Result, frontier: FrontierResult | None = None) -> list[str]:
+    """The aims, checked plainly: the frontier's (issue 15) when it ran, then issue 4's."""
     m = result.measures.get("predictive")
     if m is None:
         return ["the predictive policy was not run"]
     lines = []
     slo = m.slo_attainment
-    lines.append(f"demand served: {_pct(slo)} (aim ≥ 99.5 %) — {'met' if slo is not None and slo >= 0.995 else 'NOT met'}")
+    oracle = result.measures.get("oracle")
+    oracle_full = oracle is not None and oracle.slo_attainment is not None and oracle.slo_attainment >= 1 - 1e-9
+    aim = "aim ≥ 99.5 %" + ("" if oracle is None or oracle_full else
+                            f"; the oracle serves only {_pct(oracle.slo_attainment)}, so the aim does not apply")
+    served = "–" if slo is None else f"{100 * slo:.2f} %"
+    lines.append(f"demand served: {served} ({aim}) — {'met' if slo is not None and slo >= 0.995 else 'NOT met'}")
+    if frontier is not None:
+        lines += frontier_verdict(frontier)
+    if m.minutes_over_budget is not None:
+        allowed = _allowed_gpus(result)
+        lines.append(f"prewarm budget, audited every minute against the counterfactual: at most "
+                     f"{m.max_speculative_gpus} speculative GPUs (allowed {allowed}), {m.minutes_over_budget:,.0f} "
+                     f"minutes over budget — {'met' if m.minutes_over_budget == 0 else 'NOT met'}")
     reactive = result.measures.get("reactive")
     if reactive is not None:
         r = result.ratios()["predictive"]["unmet_minutes_vs_reactive"]
         ok = r is not None and r < 0.2 or (reactive.unmet_minutes == 0 and m.unmet_minutes == 0)
-        lines.append(f"unmet minutes: {m.unmet_minutes:,.0f} vs reactive {reactive.unmet_minutes:,.0f} "
-                     f"(aim < 1/5) — {'met' if ok else 'NOT met'}")
+        lines.append(f"unmet minutes: {m.unmet_minutes:,.0f} vs reactive (target "
+                     f"{result.setup.scenario.target_utilization:g}) {reactive.unmet_minutes:,.0f} "
+                     f"(issue 4's aim < 1/5) — {'met' if ok else 'NOT met'}")
     vb = result.ratios()["predictive"]["gpu_hours_vs_bound"]
-    lines.append(f"GPU-hours: {_fmt('vs_bound', vb)} the physical bound (aim ≤ 1.3×) — "
+    lines.append(f"GPU-hours: {_fmt('vs_bound', vb)} the physical bound (issue 4's aim ≤ 1.3×) — "
                  f"{'met' if vb is not None and vb <= 1.3 else 'NOT met'}")
     lines += _why(result)
-    budget = budget_cost(result)
-    if budget is not None:
-        lines.append(f"wasted prewarm cost: {m.wasted_prewarm_cost:,.1f} vs budget {budget:,.1f} over the run — "
-                     f"{'within' if m.wasted_prewarm_cost <= budget else 'OVER'} budget")
     return lines
+
+
+def _allowed_gpus(result: Result) -> int:
+    from predictive_scaler.policy.budget import allowance
+
+    return allowance(result.setup.spec.prewarm.budget).gpus
+
+
+def frontier_verdict(frontier: FrontierResult) -> list[str]:
+    h = frontier.headline
+    pred = frontier.predictive_default
+    lines = []
+    if frontier.dominated_by:
+        worst = ", ".join(f"{b['policy']} {_knob(b['knob'])} ({b['gpu_hours']:,.0f} GPU-h, "
+                          f"{_pct(b['slo_attainment'])})" for b in frontier.dominated_by)
+        lines.append(f"dominance: NOT met — cheaper and serving more than the predictive default point "
+                     f"({pred.gpu_hours:,.0f} GPU-h, {_pct(pred.slo_attainment)}): {worst}")
+    else:
+        lines.append("dominance: met — no reactive or Holt-Winters operating point is both cheaper and serves "
+                     "more than the predictive default point")
+    gap = h.get("gap_closed_vs_reactive")
+    if gap is None:
+        lines.append("gap closed vs reactive: undefined (the predictive point serves more than every reactive point, "
+                     "or the oracle is no cheaper than the reference)")
+    else:
+        lines.append(f"gap closed vs reactive: {gap:.2f} of the way from the reactive reference to the oracle "
+                     f"(aim ≥ 0.5; beyond: ≥ 0.7) — {'met' if gap >= 0.5 else 'NOT met'}")
+    cr = h.get("cost_ratio_vs_reactive")
+    if cr is not None:
+        lines.append(f"cost ratio vs reactive at the same share served: {cr:.2f} (aim beyond: ≤ 0.85 where the "
+                     "oracle leaves that much room)")
+    hw_gap, hw_cr = h.get("gap_closed_vs_holt_winters"), h.get("cost_ratio_vs_holt_winters")
+    if hw_gap is not None and hw_cr is not None:
+        lines.append(f"against Holt-Winters: cost ratio {hw_cr:.2f}, gap closed {hw_gap:.2f}")
+    ur = h.get("unmet_ratio_vs_reactive")
+    if ur is not None:
+        lines.append(f"unmet minutes at equal cost: {ur:.2f}× reactive's")
+    return lines
+
+
+def _knob(knob: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in knob.items()) or "-"
+
+
+def frontier_table(frontier: FrontierResult) -> str:
+    out = ["| policy | knob | GPU-h | served | unmet min |", "|---|---|---|---|---|"]
+    for name, points in frontier.frontier.items():
+        for p in points:
+            mark = " (default)" if p.default else ""
+            out.append(f"| {name}{mark} | {_knob(p.knob)} | {p.gpu_hours:,.0f} | {_pct(p.slo_attainment)} | "
+                       f"{p.unmet_minutes:,.0f} |")
+    return "\n".join(out)
+
+
+def frontier_text(frontier: FrontierResult) -> str:
+    """The frontier for a terminal: one line per policy (GPU-h @ served per operating point), the headline."""
+    lines = ["cost–service frontiers (GPU-h @ demand served):"]
+    for name, points in frontier.frontier.items():
+        cells = [f"{_knob(p.knob).split(' ')[-1] if p.knob else '-'}: {p.gpu_hours:,.0f}@{_pct(p.slo_attainment)}"
+                 + ("*" if p.default else "") for p in points]
+        lines.append(f"  {name:>12}  " + "  ".join(cells))
+    lines.append("  (* = the default point)")
+    lines.append("headline: " + ", ".join(f"{k} {'–' if v is None else f'{v:.3f}'}"
+                                          for k, v in frontier.headline.items()))
+    return "\n".join(lines)
 
 
 def _why(result: Result) -> list[str]:
@@ -163,22 +239,9 @@ def _why(result: Result) -> list[str]:
     return out
 
 
-def budget_cost(result: Result) -> float | None:
-    """The prewarm budget over the evaluated time, in currency (maxGpus × price, or maxCostPerHour)."""
-    budget = result.setup.spec.prewarm.budget
-    hours = float(result.setup.demand.known.sum() * result.setup.tick_s / 3600.0)
-    price = budget.price_per_gpu_hour if budget.price_per_gpu_hour is not None else result.setup.scenario.cluster.price_per_gpu_hour
-    per_hour = []
-    if budget.max_gpus is not None:
-        per_hour.append(budget.max_gpus * price)
-    if budget.max_cost_per_hour is not None:
-        per_hour.append(budget.max_cost_per_hour)
-    return min(per_hour) * hours if per_hour else None
-
-
 # -- plots --------------------------------------------------------------------------------------
 
-def plot_files(result: Result, directory: Path) -> dict[str, Path]:
+def plot_files(result: Result, directory: Path, frontier: FrontierResult | None = None) -> dict[str, Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,6 +253,7 @@ def plot_files(result: Result, directory: Path) -> dict[str, Path]:
     demand = setup.demand.values
     files: dict[str, Path] = {}
 
+    # The whole run per policy, for the overview (the zoomed panels below show the hard days).
     fig, axes = plt.subplots(len(result.runs), 1, figsize=(12, 2.2 * len(result.runs)), sharex=True, squeeze=False)
     for ax, (name, run) in zip(axes[:, 0], result.runs.items(), strict=True):
         ax.plot(times, demand, lw=0.4, color="black", label="demand")
@@ -227,6 +291,10 @@ def plot_files(result: Result, directory: Path) -> dict[str, Path]:
         fig.savefig(files["forecast"], dpi=90)
         plt.close(fig)
 
+    files.update(zoom_panels(result, directory, plt))
+    if frontier is not None:
+        files["frontier"] = frontier_plot(frontier, directory, plt)
+
     names = list(result.measures)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     cost = [result.measures[n].cost for n in names] + [result.bound.cost]
@@ -244,9 +312,133 @@ def plot_files(result: Result, directory: Path) -> dict[str, Path]:
     return files
 
 
+#: Hours shown around each hard moment in the zoomed panels.
+ZOOM_HOURS = 6
+
+
+def hard_days(result: Result, k: int = 2) -> list[tuple[str, int]]:
+    """(label, tick) of the hardest moments: the ``k`` largest peaks and the ``k`` largest predictive misses,
+    on different days."""
+    setup = result.setup
+    demand = setup.demand
+    d = np.where(demand.known, demand.values, 0.0)
+    per_day = max(1, 86400 // setup.tick_s)
+    picked: list[tuple[str, int]] = []
+    days: set[int] = set()
+
+    def take(score: np.ndarray, label: str) -> None:
+        n = 0
+        for i in np.argsort(score)[::-1]:
+            if n >= k or score[i] <= 0:
+                break
+            if int(i) // per_day in days:
+                continue
+            days.add(int(i) // per_day)
+            picked.append((label, int(i)))
+            n += 1
+
+    take(d, "largest peak")
+    run = result.runs.get("predictive")
+    if run is not None:
+        short = np.maximum(0.0, d - run.ready * demand.capacity_per_replica)
+        # The largest miss: the most unserved demand within an hour.
+        window = max(1, 3600 // setup.tick_s)
+        take(np.convolve(short, np.ones(window), mode="same"), "largest miss")
+    return picked
+
+
+def zoom_panels(result: Result, directory: Path, plt: Any) -> dict[str, Path]:
+    """Zoomed panels of the hardest days: demand, ready and requested capacity, GPUs billed."""
+    setup = result.setup
+    moments = hard_days(result)
+    if not moments:
+        return {}
+    cap = setup.capacity_per_replica
+    half = ZOOM_HOURS * 3600 // (2 * setup.tick_s)
+    fig, axes = plt.subplots(len(moments), 1, figsize=(12, 3.2 * len(moments)), squeeze=False)
+    colors = {"predictive": "tab:blue", "reactive": "tab:orange", "holt-winters": "tab:purple", "oracle": "tab:green"}
+    for ax, (label, i) in zip(axes[:, 0], moments, strict=True):
+        lo, hi = max(0, i - half), min(setup.n_ticks, i + half)
+        x = (setup.eval_start.tz_localize(None) + np.arange(lo, hi) * np.timedelta64(setup.tick_s, "s"))
+        ax.plot(x, setup.demand.values[lo:hi], color="black", lw=1.0, label="demand")
+        for name, run in result.runs.items():
+            if name not in colors:
+                continue
+            ax.step(x, run.ready[lo:hi] * cap, where="post", color=colors[name], lw=1.2 if name == "predictive" else 0.8,
+                    label=f"{name} ready capacity", alpha=1.0 if name == "predictive" else 0.7)
+        pred = result.runs.get("predictive")
+        if pred is not None:
+            ax.step(x, pred.desired[lo:hi] * cap, where="post", color="tab:blue", ls="--", lw=0.8,
+                    label="predictive requested (rises ahead of the peak)")
+            ax2 = ax.twinx()
+            ax2.step(x, pred.billed_gpus[lo:hi], where="post", color="tab:gray", lw=0.6, alpha=0.6)
+            ax2.set_ylabel("predictive GPUs billed", fontsize=7, color="tab:gray")
+        day = setup.tick_time(i).strftime("%Y-%m-%d %H:%M")
+        ax.set_title(f"{label}: {day} UTC (±{ZOOM_HOURS // 2} h)", fontsize=9)
+        ax.set_ylabel("demand (trace unit)")
+        ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    path = directory / "hard_days.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return {"hard_days": path}
+
+
+def frontier_plot(frontier: FrontierResult, directory: Path, plt: Any) -> Path:
+    """GPU-hours against demand served, one curve per policy; default points, the oracle and the bound marked."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    colors = {"predictive": "tab:blue", "reactive": "tab:orange", "holt-winters": "tab:purple", "static": "tab:gray"}
+    shares = []
+    for name, points in frontier.frontier.items():
+        pts = sorted((p for p in points if p.slo_attainment is not None), key=lambda p: p.slo_attainment or 0.0)
+        xs = [100 * (p.slo_attainment or 0.0) for p in pts]
+        ys = [p.gpu_hours for p in pts]
+        if name == "oracle":
+            ax.scatter(xs, ys, marker="*", s=180, color="tab:green", label="oracle", zorder=5)
+            continue
+        ax.plot(xs, ys, marker="o", ms=3, lw=1, color=colors.get(name), label=name)
+        for p in pts:
+            if p.default:
+                ax.scatter([100 * (p.slo_attainment or 0.0)], [p.gpu_hours], s=90, facecolors="none",
+                           edgecolors=colors.get(name), linewidths=2, zorder=4)
+                shares.append(100 * (p.slo_attainment or 0.0))
+    ax.axhline(frontier.base.bound.gpu_hours, color="black", ls=":", lw=1, label="physical bound")
+    if shares:
+        left = min(shares) - 2.0
+        ax.set_xlim(max(left, 80.0), 100.05)
+        inside = [p.gpu_hours for pts in frontier.frontier.values() for p in pts
+                  if p.slo_attainment is not None and 100 * p.slo_attainment >= ax.get_xlim()[0]]
+        if inside:
+            ax.set_ylim(0.9 * frontier.base.bound.gpu_hours, 1.05 * max(inside))
+    ax.set_xlabel("demand served (%)")
+    ax.set_ylabel("GPU-hours")
+    ax.set_title("cost–service frontiers (circled: each policy's default point)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path = directory / "frontier.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 # -- documents ----------------------------------------------------------------------------------
 
-def markdown(result: Result, images: dict[str, Path] | None = None) -> str:
+WASTE_DEFINITION = (
+    "Wasted prewarm cost (billed): each minute, the GPUs a policy is billed for (whole nodes) above what the "
+    "reactive peer is billed for are what the forecast added; the part of them that demand does not use within "
+    "one node lead time — the whole nodes the highest need over the next cold start takes, beyond the reactive "
+    "peer's — is waste, priced at the GPU-hour price. *Placeholder* waste is the whole nodes that exist only "
+    "because of placeholders (packed: the nodes replicas + placeholders take beyond those the replicas alone "
+    "take); *replica* waste is the rest (extra replicas); the two add up to the total.")
+
+BUDGET_DEFINITION = (
+    "Prewarm budget audit: every minute, speculative GPUs = placeholder GPUs + GPUs of replicas above the "
+    "counterfactual — the HPA rule replayed on the demand alone, stepped on its own replica count, so "
+    "speculation cannot raise it — or, if more, the GPUs of the whole nodes they need beyond the "
+    "counterfactual's; a minute over `maxGpus`/`maxCostPerHour` counts as over budget.")
+
+
+def markdown(result: Result, images: dict[str, Path] | None = None, frontier: FrontierResult | None = None) -> str:
     setup = result.setup
     scenario = result.to_json()["scenario"]
     parts = [
@@ -256,19 +448,48 @@ def markdown(result: Result, images: dict[str, Path] | None = None) -> str:
         f"{scenario['evaluation_start']}; {scenario['tick']} ticks; capacity {setup.capacity_per_replica:.4g} "
         f"per replica (P95 of the training window = {setup.peak_replicas} replicas); max {setup.max_replicas} replicas.",
         "",
+        "## Against the aims",
+        "",
+        *[f"- {line}" for line in verdict(result, frontier)],
+        "",
+    ]
+    if frontier is not None:
+        parts += [
+            "## Cost–service frontiers",
+            "",
+            "Each tunable policy at several operating points of its own knob. The reference curve of a policy "
+            "is the lower envelope of its points (the cheapest point serving at least a share), linearly "
+            "interpolated, undefined beyond its highest point; the headline is read at the share the predictive "
+            "default point serves. Gap closed = (reference − predictive) ÷ (reference − oracle) GPU-hours.",
+            "",
+            "| headline | value |",
+            "|---|---|",
+            *[f"| {k} | {'–' if v is None else f'{v:.3f}'} |" for k, v in frontier.headline.items()],
+            "",
+            frontier_table(frontier),
+            "",
+        ]
+        if images and "frontier" in images:
+            parts += [f"![frontier]({images['frontier'].name})", ""]
+    if images and "hard_days" in images:
+        parts += ["## The hardest days", "",
+                  "The largest peaks and the largest misses of the predictive policy, zoomed: demand, each policy's "
+                  "ready capacity, the capacity the predictive policy requested (dashed: it rises ahead of the "
+                  "peak by the node lead time) and the GPUs it is billed for.", "",
+                  f"![hard days]({images['hard_days'].name})", ""]
+    parts += [
         "## Policies side by side",
         "",
         markdown_table(result),
         "",
         "Physical bound: whole nodes exactly fitting each tick's demand with zero lead time. "
-        "Served = share of demand served by ready capacity. Wasted prewarm = speculative GPU-hours "
-        "(placeholders, or replicas above what reactive holds) not needed within one node lead time, in currency. "
+        "Served = share of demand served by ready capacity. "
         "Fallback min: minutes the predictive policy ran its reactive fallback (for holt-winters: minutes the "
         "reactive recommendation, not the forecast, decided).",
         "",
-        "## Against the aims",
+        WASTE_DEFINITION,
         "",
-        *[f"- {line}" for line in verdict(result)],
+        BUDGET_DEFINITION,
         "",
         "## Forecast accuracy (forecasts the predictive policy acted on)",
         "",
@@ -282,51 +503,93 @@ def markdown(result: Result, images: dict[str, Path] | None = None) -> str:
                   for e in result.model_events]
         parts.append("")
     if images:
-        parts += ["## Plots", ""] + [f"![{k}]({p.name})" for k, p in images.items()] + [""]
+        rest = {k: p for k, p in images.items() if k not in ("frontier", "hard_days")}
+        parts += ["## Plots", ""] + [f"![{k}]({p.name})" for k, p in rest.items()] + [""]
     parts += ["## Scenario", "", "```json", json.dumps(scenario, indent=2), "```", ""]
     if result.notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
     wall = ", ".join(f"{k} {v:.1f} s" for k, v in result.wall_seconds.items())
-    parts += [f"Wall time per policy: {wall}.", ""]
+    parts += [f"Wall time per policy: {wall}." + ("" if frontier is None else
+                                                   f" Frontier (all points): {frontier.wall_seconds:.1f} s."), ""]
     return "\n".join(parts)
 
 
-def html_page(result: Result, images: dict[str, Path]) -> str:
-    """A self-contained page: the Markdown's content with tables as HTML and images inlined."""
-    setup = result.setup
-    head = [h for _, h in _COLUMNS]
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in table_lines(result))
-    table = "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + rows + "</table>"
-    acc_lines = [line for line in accuracy_table(result).splitlines() if line.startswith("|") and not line.startswith("|---")]
-    acc = "<table>" + "".join(
-        "<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c.strip())}</{'th' if i == 0 else 'td'}>"
-                         for c in line.strip("|").split("|")) + "</tr>"
-        for i, line in enumerate(acc_lines)) + "</table>"
-    imgs = "".join(
-        f'<h3>{html.escape(name)}</h3><img alt="{html.escape(name)}" src="data:image/png;base64,'
-        f'{base64.b64encode(path.read_bytes()).decode()}">' for name, path in images.items())
-    verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in verdict(result))
-    scenario = html.escape(json.dumps(result.to_json()["scenario"], indent=2))
+def _inline(text: str) -> str:
+    out = html.escape(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"\*([^*]+)\*", r"<i>\1</i>", out)
+
+
+def markdown_to_html(md: str, images: dict[str, Path]) -> str:
+    """The report's Markdown as HTML (the subset it uses: headings, lists, tables, images, code, paragraphs),
+    images inlined — so the page carries exactly what the Markdown has."""
+    by_name = {p.name: p for p in images.values()}
+    out: list[str] = []
+    lines = md.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            out.append("<pre>" + html.escape("\n".join(lines[i + 1:j])) + "</pre>")
+            i = j + 1
+            continue
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{_inline(line[level:].strip())}</h{level}>")
+        elif line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                if not lines[i].startswith("|---"):
+                    rows.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            head, *body = rows
+            out.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body)
+                       + "</table>")
+            continue
+        elif line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline(lines[i][2:])}</li>")
+                i += 1
+            out.append("<ul>" + "".join(items) + "</ul>")
+            continue
+        elif line.startswith("!["):
+            m = re.match(r"!\[([^\]]*)\]\(([^)]+)\)", line)
+            if m and m.group(2) in by_name:
+                data = base64.b64encode(by_name[m.group(2)].read_bytes()).decode()
+                out.append(f'<img alt="{html.escape(m.group(1))}" src="data:image/png;base64,{data}">')
+        elif line.strip():
+            out.append(f"<p>{_inline(line)}</p>")
+        i += 1
+    return "\n".join(out)
+
+
+def html_page(result: Result, images: dict[str, Path], frontier: FrontierResult | None = None) -> str:
+    """A self-contained page: the Markdown report rendered as HTML, images inlined."""
+    body = markdown_to_html(markdown(result, images, frontier), images)
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Backtest {html.escape(setup.trace.name)}</title>
+<html><head><meta charset="utf-8"><title>Backtest {html.escape(result.setup.trace.name)}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}img{{max-width:100%}}</style></head>
-<body><h1>Backtest: {html.escape(setup.trace.name)} — scenario {html.escape(setup.scenario.name)}</h1>
-<h2>Policies side by side</h2>{table}
-<h2>Against the aims</h2><ul>{verdicts}</ul>
-<h2>Forecast accuracy</h2>{acc}
-<h2>Plots</h2>{imgs}
-<h2>Scenario</h2><pre>{scenario}</pre></body></html>
+<body>
+{body}
+</body></html>
 """
 
 
-def write_report(result: Result, directory: str | Path) -> Path:
+def write_report(result: Result, directory: str | Path, frontier: FrontierResult | None = None) -> Path:
     """Write report.md, report.html and the PNGs into ``directory``; return the HTML path."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    images = plot_files(result, out)
-    (out / "report.md").write_text(markdown(result, images))
+    images = plot_files(result, out, frontier)
+    (out / "report.md").write_text(markdown(result, images, frontier))
     page = out / "report.html"
-    page.write_text(html_page(result, images))
-    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2, allow_nan=False))
+    page.write_text(html_page(result, images, frontier))
+    doc = result.to_json() if frontier is None else frontier.to_json()
+    (out / "result.json").write_text(json.dumps(doc, indent=2, allow_nan=False))
     return page

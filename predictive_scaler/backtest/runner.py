@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,8 +23,10 @@ import pandas as pd
 from predictive_scaler.backtest import peers
 from predictive_scaler.backtest.measures import (
     BoundMeasures,
+    BudgetAudit,
     HorizonAccuracy,
     PolicyMeasures,
+    audit_budget,
     measure_bound,
     measure_policy,
     ratio,
@@ -32,8 +34,12 @@ from predictive_scaler.backtest.measures import (
 from predictive_scaler.backtest.scenario import Scenario
 from predictive_scaler.backtest.simulator import Demand, PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
+from predictive_scaler.policy.budget import allowance
 from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import ScalerSpec
+
+if TYPE_CHECKING:
+    from predictive_scaler.backtest.adapters import PredictiveCache
 
 #: Models work on a 5-minute grid unless the trace is coarser (shared contract).
 DEFAULT_MODEL_STEP = 300
@@ -196,7 +202,9 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
         "target": {"name": "backtest"},
         # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
         "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
-        "capacity": {"requestsPerReplica": capacity * scenario.target_utilization},
+        "capacity": {"requestsPerReplica": capacity * scenario.planning_utilization},
+        # The predictive policy's reactive rule (fallback, counterfactual) at the peers' HPA target.
+        "reactive": {"targetUtilization": min(1.0, scenario.target_utilization / scenario.planning_utilization)},
         "gpusPerReplica": cfg.gpus_per_replica,
         "minReplicas": scenario.min_replicas,
         "maxReplicas": max_replicas,
@@ -314,18 +322,16 @@ def run_backtest(
     scenario: Scenario,
     *,
     progress_factory: Callable[[str, int], Progress] | None = None,
+    cache: PredictiveCache | None = None,
 ) -> Result:
-    """Run the scenario's policies over ``trace``. ``progress_factory(policy, ticks)`` gives a tick counter."""
+    """Run the scenario's policies over ``trace``. ``progress_factory(policy, ticks)`` gives a tick counter;
+    ``cache`` keeps the predictive policy's models and forecasts for other operating points."""
     setup = prepare(trace, scenario)
     demand = setup.demand
     cfg = scenario.cluster
-    bounds = setup.bounds
     n = setup.n_ticks
-    spec = setup.spec
-    plan_capacity = spec.capacity_per_replica
-    first_need = int(np.clip(demand.need(scenario.target_utilization)[0], bounds.min_replicas, bounds.max_replicas))
+    first_need = initial_replicas(setup)
     reactive_need = demand.need(scenario.target_utilization)
-    metric = peers.observed(demand, cfg.metrics_delay_s)
 
     runs: dict[str, PolicyRun] = {}
     wall: dict[str, float] = {}
@@ -341,26 +347,24 @@ def run_backtest(
         if name == "predictive":
             from predictive_scaler.backtest.adapters import run_predictive
 
-            run, extras = run_predictive(setup, initial_replicas=first_need, progress=progress(name))
+            run, extras = run_predictive(setup, initial_replicas=first_need, progress=progress(name), cache=cache)
             result_extras.update(extras)
         elif name in ("reactive", "holt-winters"):
-            floor = _holt_winters_floor(setup) * plan_capacity if name == "holt-winters" else None
-            control = peers.HpaControl(metric, behavior=spec.reactive, capacity=plan_capacity, bounds=bounds, floor=floor)
-            run = simulate(name, control, n, setup.tick_s, cfg, initial_replicas=first_need,
-                           control_every=setup.control_every, has_fallback=name == "holt-winters",
-                           progress=progress(name) if name in scenario.policies else None)
+            run = hpa_run(setup, name, scenario.target_utilization, initial_replicas=first_need,
+                          progress=progress(name) if name in scenario.policies else None)
         else:
             schedule = _peer_schedule(name, setup)
             run = _play(name, schedule, setup, progress(name))
         runs[name] = run
         wall[name] = time.perf_counter() - started
-    reactive_desired = runs["reactive"].desired
+    reactive_billed = runs["reactive"].billed_gpus
     if "reactive" not in scenario.policies:
         del runs["reactive"], wall["reactive"]
 
+    audits = {name: budget_audit(setup, run, first_need) for name, run in runs.items() if name in BUDGETED}
     measures = {
-        name: measure_policy(run, demand, cfg, reactive_desired=reactive_desired, reactive_need=reactive_need,
-                             demand_unit_seconds=scenario.demand_unit_seconds)
+        name: measure_policy(run, demand, cfg, reactive_billed=reactive_billed, reactive_need=reactive_need,
+                             demand_unit_seconds=scenario.demand_unit_seconds, audit=audits.get(name))
         for name, run in runs.items()
     }
     bound_gpus = peers.bound_gpus(demand, cfg)
@@ -400,6 +404,57 @@ def assumption_notes(setup: Setup) -> list[str]:
     return notes
 
 
+def initial_replicas(setup: Setup) -> int:
+    """Replicas every policy starts the evaluation with: what its first tick needs at the peers' target."""
+    need = setup.demand.need(setup.scenario.target_utilization)[0]
+    return int(np.clip(need, setup.bounds.min_replicas, setup.bounds.max_replicas))
+
+
+def hpa_run(setup: Setup, name: str, utilization: float, *, initial_replicas: int,
+            progress: Progress | None = None) -> PolicyRun:
+    """The reactive peer (or, ``name == "holt-winters"``, the Holt-Winters peer) at HPA target ``utilization``."""
+    plan_capacity = setup.capacity_per_replica * utilization
+    floor = _holt_winters_floor(setup, utilization) * plan_capacity if name == "holt-winters" else None
+    metric = peers.observed(setup.demand, setup.scenario.cluster.metrics_delay_s)
+    control = peers.HpaControl(metric, behavior=setup.spec.reactive, capacity=plan_capacity, bounds=setup.bounds,
+                               floor=floor)
+    return simulate(name, control, setup.n_ticks, setup.tick_s, setup.scenario.cluster,
+                    initial_replicas=initial_replicas, control_every=setup.control_every,
+                    has_fallback=name == "holt-winters", progress=progress)
+
+
+#: Policies that run with a prewarm budget (audited every tick); the others report null.
+BUDGETED = ("predictive",)
+
+
+def planner_metric(setup: Setup) -> np.ndarray:
+    """Per tick, the demand the planner sees (the trace ``metrics_delay_s`` ago, training included; NaN = gap)."""
+    trace = setup.trace
+    delay = setup.scenario.cluster.metrics_delay_s
+    t = setup.eval_start.timestamp() + np.arange(setup.n_ticks) * setup.tick_s - delay
+    idx = np.floor((t - trace.start.timestamp()) / trace.step_seconds).astype(np.int64)
+    values = np.asarray(trace.values, dtype=float)
+    ok = (idx >= 0) & (idx < values.size)
+    out = np.full(setup.n_ticks, np.nan)
+    out[ok] = values[idx[ok]]
+    return out
+
+
+def counterfactual(setup: Setup, initial_replicas: int) -> np.ndarray:
+    """The HPA rule replayed on the planner's demand alone: what speculation is measured from."""
+    return peers.counterfactual_schedule(
+        planner_metric(setup), behavior=setup.spec.reactive,
+        capacity=setup.spec.capacity_per_replica * setup.spec.reactive.target_utilization,
+        bounds=setup.bounds, initial_replicas=initial_replicas, tick_s=setup.tick_s,
+        control_every=setup.control_every)
+
+
+def budget_audit(setup: Setup, run: PolicyRun, initial_replicas: int) -> BudgetAudit:
+    """Speculative GPUs every tick against the counterfactual and the spec's budget."""
+    allowed = allowance(setup.spec.prewarm.budget).gpus
+    return audit_budget(run, counterfactual(setup, initial_replicas), setup.scenario.cluster, allowed)
+
+
 def _peer_schedule(name: str, setup: Setup) -> np.ndarray:
     if name == "static":
         replicas = peers.static_replicas(setup.training_values, setup.capacity_per_replica)
@@ -409,11 +464,11 @@ def _peer_schedule(name: str, setup: Setup) -> np.ndarray:
     raise ConfigError(f"unknown policy {name!r}", field="policies")
 
 
-def _holt_winters_floor(setup: Setup) -> np.ndarray:
+def _holt_winters_floor(setup: Setup, utilization: float) -> np.ndarray:
     """The Holt-Winters replica forecast per tick, trained on the reactive recommendation at the model step."""
     scenario = setup.scenario
     trace = setup.trace
-    per = setup.capacity_per_replica * scenario.target_utilization
+    per = setup.capacity_per_replica * utilization
     train_steps_trace = setup.training_values.size
     full = np.asarray(trace.values[: train_steps_trace + setup.n_ticks * setup.tick_s // trace.step_seconds], dtype=float)
     # Fitted at a 15-minute step (or the trace's, if coarser): a daily season of 96

@@ -63,6 +63,9 @@ class Scenario:
     forecasters: tuple[str, ...] = ("arima", "persistence", "seasonal-naive", "holt-winters")
     #: HPA target: the share of a replica's capacity the reactive policy aims at.
     target_utilization: float = 0.8
+    #: The predictive policy's own planning target (share of a replica's capacity it plans on, its
+    #: counterfactual HPA rule included); None = ``target_utilization``. Its frontier knob.
+    predictive_target_utilization: float | None = None
     #: Seconds a demand value is "per" (60 = requests per minute) — for unserved requests.
     demand_unit_seconds: float = 60.0
     #: Policies to run side by side.
@@ -101,6 +104,9 @@ class Scenario:
             raise ConfigError(f"quantile must be in [0.5, 1), got {self.quantile}", field="quantile")
         if not 0.1 <= self.target_utilization <= 1:
             raise ConfigError(f"target_utilization must be in [0.1, 1], got {self.target_utilization}", field="target_utilization")
+        if self.predictive_target_utilization is not None and not 0.1 <= self.predictive_target_utilization <= 1:
+            raise ConfigError(f"predictive_target_utilization must be in [0.1, 1], got "
+                              f"{self.predictive_target_utilization}", field="predictive_target_utilization")
         if self.demand_unit_seconds <= 0:
             raise ConfigError("demand_unit_seconds must be > 0 (60 for a per-minute rate)", field="demand_unit_seconds")
         for p in self.policies:
@@ -126,6 +132,13 @@ class Scenario:
     def control_period_s(self) -> int:
         return int(self.control_period.total_seconds())
 
+    @property
+    def planning_utilization(self) -> float:
+        """The predictive policy's planning target (its own, else the reactive peer's)."""
+        if self.predictive_target_utilization is not None:
+            return self.predictive_target_utilization
+        return self.target_utilization
+
     def resolved_max_replicas(self, peak_replicas: int) -> int:
         return self.max_replicas if self.max_replicas is not None else max(2 * peak_replicas, self.min_replicas, 1)
 
@@ -146,6 +159,7 @@ class Scenario:
             "horizons": [format_duration(h) for h in self.horizons],
             "forecasters": list(self.forecasters),
             "target_utilization": self.target_utilization,
+            "predictive_target_utilization": self.predictive_target_utilization,
             "demand_unit_seconds": self.demand_unit_seconds,
             "policies": list(self.policies),
             "spec": self.spec,
@@ -191,7 +205,8 @@ class Scenario:
         for key in ("peak_replicas", "max_replicas", "min_replicas"):
             if key in data:
                 kw[key] = None if data[key] is None else _int(data[key], key)
-        for key in ("capacity_per_replica", "quantile", "target_utilization", "demand_unit_seconds"):
+        for key in ("capacity_per_replica", "quantile", "target_utilization", "predictive_target_utilization",
+                    "demand_unit_seconds"):
             if key in data:
                 kw[key] = None if data[key] is None else _float(data[key], key)
         if "horizons" in data:

@@ -79,7 +79,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--policies", default=None, help="comma-separated subset of the scenario's policies")
     p.add_argument("--evaluation", default=None, metavar="DURATION",
                    help="walk forward over at most this span after training (e.g. 7d)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--frontier", action="store_true",
+                   help="also run each tunable policy over its own knob (reactive and Holt-Winters over target "
+                        "utilisation 0.3…0.95, the predictive policy over its planning target, static over fleet "
+                        "sizes) and report cost–service frontiers and the headline figures against them")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     p.add_argument("--timezone", default=None, metavar="ZONE",
                    help="time zone of trace timestamps written without a UTC offset (IANA name: UTC, "
                         "Europe/Berlin …); without it such timestamps are refused")
@@ -358,17 +362,30 @@ def run(args: argparse.Namespace) -> int:
     def progress_factory(name: str, total: int) -> Any:
         if args.no_progress:
             return None
+        if not sys.stderr.isatty():  # piped or logged: plain lines, no carriage returns
+            return PlainProgress(name, total, sys.stderr).update
         from tqdm import tqdm
 
         bar = tqdm(total=total, desc=f"{name:>12}", unit="tick", file=sys.stderr, leave=False, mininterval=0.5)
         bars.append(bar)
         return bar.update
 
-    result = run_backtest(trace, scenario, progress_factory=progress_factory)
+    frontier = None
+    if args.frontier:
+        from predictive_scaler.backtest.frontier import run_frontier
+
+        def say(text: str) -> None:
+            if not args.no_progress:
+                print(f"frontier: {text}", file=sys.stderr, flush=True)
+
+        frontier = run_frontier(trace, scenario, progress_factory=progress_factory, say=say)
+        result = frontier.base
+    else:
+        result = run_backtest(trace, scenario, progress_factory=progress_factory)
     for bar in bars:
         bar.close()
-    where = write_report(result, args.report) if args.report else None
-    doc = result.to_json()
+    where = write_report(result, args.report, frontier=frontier) if args.report else None
+    doc = result.to_json() if frontier is None else frontier.to_json()
     if target is not None and mapped is not None:
         doc["scenario"]["scaler"] = {"name": target.key, "manifest": str(args.scaler), **mapped.describe()}
     if args.json:
@@ -385,13 +402,33 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(terminal_table(result))
         print()
-        for line in verdict(result):
+        for line in verdict(result, frontier):
             print(f"  {line}")
         for note in result.notes:
             print(f"  note: {note}")
+        if frontier is not None:
+            from predictive_scaler.backtest.report import frontier_text
+
+            print()
+            print(frontier_text(frontier))
     if where is not None:
         print(f"report: {where}  (Markdown: {where.with_name('report.md')})", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+class PlainProgress:
+    """Progress as plain lines (every 10 %), for a stderr that is not a terminal."""
+
+    def __init__(self, name: str, total: int, stream: Any) -> None:
+        self.name, self.total, self.stream = name, max(1, total), stream
+        self.done, self.next_mark = 0, 10
+
+    def update(self, n: int) -> None:
+        self.done += n
+        pct = 100 * self.done // self.total
+        if pct >= self.next_mark:
+            print(f"{self.name}: {pct} % ({self.done:,} of {self.total:,} ticks)", file=self.stream, flush=True)
+            self.next_mark = (pct // 10 + 1) * 10
 
 
 def _spec_doc(path: Path, target: ScalerTarget) -> dict[str, Any]:

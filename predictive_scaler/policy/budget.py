@@ -10,6 +10,7 @@ more than the operator allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,3 +90,36 @@ def _gpus_within(max_cost: float, price: float) -> int:
     while (n + 1) * price <= max_cost and n < REPLICA_CAP:
         n += 1
     return n
+
+
+def speculative_gpus(replicas: int, placeholder_gpus: int, counterfactual: int, gpus_per_replica: int,
+                     gpus_per_node: int) -> int:
+    """GPUs held above the counterfactual: ``max(GPU excess, whole-node excess)``, never negative.
+
+    GPU excess = every placeholder GPU plus the GPUs of replicas above the counterfactual's. Whole
+    nodes are counted packed (``ceil(GPUs / gpusPerNode)`` of replicas + placeholders against the
+    counterfactual's replicas): capacity that needs one more node than the counterfactual would have
+    costs that whole node.
+    """
+    replicas, counterfactual, placeholder_gpus = max(0, replicas), max(0, counterfactual), max(0, placeholder_gpus)
+    held = replicas * gpus_per_replica + placeholder_gpus
+    base = counterfactual * gpus_per_replica
+    excess = max(0, replicas - counterfactual) * gpus_per_replica + placeholder_gpus
+    nodes = gpus_per_node * (-(-held // gpus_per_node) - -(-base // gpus_per_node)) if gpus_per_node > 0 else 0
+    return max(excess, nodes)
+
+
+def most_within(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """Largest ``n`` in ``[lo, hi]`` with ``fits(n)`` (``fits`` monotone, true at ``lo``); ``lo`` if none."""
+    if hi <= lo or not fits(lo):
+        return lo
+    if fits(hi):
+        return hi
+    good, bad = lo, hi
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return good

@@ -64,8 +64,10 @@ UNDER = "under-forecast"
 OVER = "over-forecast"
 
 
-def refresh_pending(state: DriftState, view: ForecastView, now: float) -> DriftState:
-    """Remember the newest forecast for the steps from the one containing ``now`` on."""
+def refresh_pending(state: DriftState, view: ForecastView, now: float, observed_at: float | None = None) -> DriftState:
+    """Remember the newest forecast for the steps from the one containing ``now`` on — or from the one
+    containing ``observed_at``, the time the newest observation is of (metrics lag behind ``now``)."""
+    now = now if observed_at is None else min(now, observed_at)
     first = max(0, view.index_at(now))
     n = min(len(view.pq), first + MAX_PENDING)
     fresh = tuple(
@@ -156,11 +158,17 @@ def observe(
     now: float,
     step_seconds: int | None,
     slack: float,
+    observed_at: float | None = None,
 ) -> tuple[DriftState, str | None]:
-    """Fold one valid observation in; returns the new state and a sentence when drift starts/ends."""
+    """Fold one valid observation in; returns the new state and a sentence when drift starts/ends.
+
+    ``observed_at`` is the time the observation is of (``now`` minus the metrics delay): it is judged
+    against the forecast for the step it belongs to, not the step ``now`` has reached — else the
+    first observations of every step are the previous step's, and a step-wise source looks noisy.
+    """
     if state.last_evaluated_at is not None and now <= state.last_evaluated_at:
         return state, None  # already seen: deciding twice equals deciding once
-    p = pending_for(state, now, step_seconds)
+    p = pending_for(state, now if observed_at is None else min(now, observed_at), step_seconds)
     if p is None:
         return state, None
     base = replace(state, last_evaluated_at=now)

@@ -21,6 +21,7 @@ docs/planner.md lists every reason and limit string.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -152,7 +153,6 @@ def plan(
     """
     t = now.timestamp()
     current = _count(cluster.desired_replicas)
-    ready = _count(cluster.ready_replicas)
     placeholders_now = _count(cluster.placeholder_gpus)
     free = _count(cluster.free_gpus)
     lo, hi = spec.min_replicas, spec.max_replicas
@@ -164,6 +164,7 @@ def plan(
     currency = allow.currency
 
     value, demand_problem = _demand_value(demand, t, spec.demand.max_age_seconds)
+    observed_at = demand.observed_at.timestamp() if value is not None and demand and demand.observed_at else None
     if value is None and metrics_problem:
         demand_problem = f"{metrics_problem}; {demand_problem}" if demand is not None else metrics_problem
     view, view_problem = view_forecast(forecast, spec.quantile, t)
@@ -173,49 +174,68 @@ def plan(
 
     drift_state = state.drift
     if view is not None:
-        drift_state = drift_policy.refresh_pending(drift_state, view, t)
+        drift_state = drift_policy.refresh_pending(drift_state, view, t, observed_at)
+    # The counterfactual: the HPA rule stepped on its own replica count, never on the replicas the
+    # forecast raised (else HPA tolerance and the scale-down window fold speculation into the floor).
+    # It counts all its replicas ready (it has no pods to observe); the first decision, before any
+    # speculation, starts it from the workload as the HPA would: its replicas and their readiness.
+    retried = state.last_decided_at == t
+    stored = state.counterfactual_prior if retried else state.counterfactual
+    if stored is not None:
+        cf_before = cf_ready = stored
+    else:
+        cf_before, cf_ready = current, _count(cluster.ready_replicas)
     events = reactive_policy.prune_events(state.scale_events, spec.reactive, t)
     reasons: list[str] = []
     limits: list[str] = []
     predicted: int | None = None
     q_pod = q_node = None
-    spec_gpus = 0
     placeholders = 0
 
     reactive = reactive_policy.recommend(
-        spec.reactive, demand=value, capacity=cap, current=current, ready=ready,
+        spec.reactive, demand=value, capacity=cap * spec.reactive.target_utilization, current=cf_before,
+        ready=cf_ready,
         min_replicas=lo, max_replicas=hi, recommendations=state.recommendations,
         scale_events=events, now=t, unit=unit,
     )
+    cf = reactive.desired
+    if cf != cf_before:
+        events = tuple(e for e in events if e[0] != t) + ((t, cf - cf_before),)
+
+    def speculative(replicas: int, gpus_held: int) -> int:
+        return budget_policy.speculative_gpus(replicas, gpus_held, cf, gpr, gpn)
+
     if value is None:
         missing_since = state.missing_since if state.missing_since is not None else t
         periods = int((t - missing_since) // spec.control_period_seconds) + 1
-        desired = reactive.desired
+        # Never scale down on missing data: the current replicas, not the counterfactual's.
+        desired = clamp(max(current, lo), lo, hi)
         limits.append("missing-data")
+        if desired < current:
+            limits.append("max-replicas")
         if periods <= spec.missing_data_periods:
             strategy = "hold"
             reasons.append(
                 f"holding {desired} replicas: no valid demand for {periods} control period(s) "
                 f"({demand_problem}); never scaling down on missing data, no new prewarming; "
                 f"reactive fallback after {spec.missing_data_periods} periods")
-            if spec.prewarm.enabled and placeholders_now and allow.gpus >= gpn:
-                per_node = gpn // gpr
-                kept_replicas = min(placeholders_now // gpr, (allow.gpus // gpn) * per_node)
-                placeholders = kept_replicas * gpr
-                spec_gpus = math.ceil(kept_replicas / per_node) * gpn
+            if spec.prewarm.enabled and placeholders_now >= gpr:
+                kept = budget_policy.most_within(
+                    0, placeholders_now // gpr, lambda k: speculative(desired, k * gpr) <= allow.gpus)
+                placeholders = kept * gpr
                 if placeholders:
                     reasons.append(f"keeping {placeholders} placeholder GPUs already present "
-                                   f"({spec_gpus} speculative GPUs on whole nodes)")
+                                   f"({speculative(desired, placeholders)} speculative GPUs on whole nodes)")
         else:
             strategy = "reactive"
             reasons.append(
                 f"reactive fallback: no valid demand for {periods} control periods ({demand_problem}); "
                 f"keeping {desired} replicas (missing metrics never scale down) and removing placeholders")
-        reasons.extend(reactive.reasons[1:] if len(reactive.reasons) > 1 else ())
     else:
         missing_since = None
         drift_state, _ = drift_policy.observe(
-            drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap)
+            drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap,
+            observed_at=observed_at)
         limits.extend(reactive.limits)
         if model_problem is not None:
             strategy = "reactive"
@@ -230,13 +250,20 @@ def plan(
         else:
             strategy = "predictive"
         reasons.extend(reactive.reasons)
-        desired = reactive.desired
+        desired = cf
+        if strategy == "reactive" and spec.prewarm.fill_nodes:
+            desired = _fill(cf, cf, hi, gpr, gpn, allow.gpus, speculative, reasons)
         if strategy == "predictive":
             assert view is not None
             if drift_state.note and drift_state.note_at == t:
                 reasons.append(drift_state.note)
             lead_pod = spec.lead_times.pod_start_seconds
             lead_node = spec.lead_times.node_start_seconds
+            ahead = spec.prewarm.replicas_ahead
+            # Replicas ahead: sized for the highest quantile over the node lead time, so whole nodes
+            # arrive before the peak and leave as soon as the forecast over that window allows.
+            if ahead:
+                lead_pod = lead_node
             q_pod, _ = view.max_over(t, t + lead_pod)
             q_node, node_covered = view.max_over(t, t + lead_node)
             # The forecast is of step means; per-minute peaks inside a step run above them.
@@ -253,32 +280,36 @@ def plan(
             if raw_pred > hi:
                 limits.append("max-replicas")
                 reasons.append(f"clamped to maxReplicas {hi} (forecast asks for {raw_pred})")
-            want = max(predicted, reactive.desired)
-            extra_wanted = want - reactive.desired
-            extra_allowed = min(extra_wanted, allow.gpus // gpr)
-            desired = reactive.desired + extra_allowed
-            spec_gpus = extra_allowed * gpr
-            if extra_wanted > 0:
-                cost = allow.cost(spec_gpus)
+            # The floor: the reactive counterfactual — or, with replicas ahead (the forecast is the
+            # stabilisation), the replicas the demand observed now needs.
+            floor = clamp(replicas_for(value, cap), lo, hi) if ahead else cf
+            want = max(predicted, floor)
+            desired = budget_policy.most_within(min(want, cf), want, lambda d: speculative(d, 0) <= allow.gpus)
+            if want > cf:
+                cost = allow.cost(speculative(desired, 0))
                 reasons.append(
-                    f"{extra_allowed} replicas above the reactive need of {reactive.desired} are speculative "
-                    f"({spec_gpus} GPUs{_cost_text(cost, currency)})")
-                if extra_allowed < extra_wanted:
+                    f"{desired - cf} replicas above the reactive need of {cf} are speculative "
+                    f"({speculative(desired, 0)} GPUs on whole nodes{_cost_text(cost, currency)})")
+                if desired < want:
                     limits.append("budget")
-                    reasons.append(_budget_text(allow, extra_wanted * gpr, "replicas"))
-            elif predicted < reactive.desired:
+                    reasons.append(_budget_text(allow, speculative(want, 0), "replicas"))
+            elif ahead and want < cf:
+                reasons.append(f"the forecast over the next {lead_pod} s and the demand now need {want} replicas, "
+                               f"fewer than the reactive rule's {cf} (its scale-down window): releasing to {want}")
+            elif predicted < cf:
                 reasons.append(f"the forecast needs {predicted} replicas, fewer than the reactive "
-                               f"{reactive.desired}; keeping the reactive floor")
+                               f"{cf}; keeping the reactive floor")
+            if spec.prewarm.fill_nodes:
+                desired = _fill(desired, cf, hi, gpr, gpn, allow.gpus, speculative, reasons)
             if spec.prewarm.enabled:
-                placeholders, node_gpus, ph_reasons, ph_limited = _placeholders(
-                    size_node, cap, unit, hi, desired, current, free, gpr, gpn,
-                    allow.gpus - spec_gpus, lead_node, node_covered, allow, currency,
-                    p if peak == 1 else f"{p} × intra-step peak factor {peak:g}")
-                spec_gpus += node_gpus
+                placeholders, ph_reasons, ph_limited = _placeholders(
+                    size_node, cap, unit, hi, desired, current, free, gpr, gpn, lead_node, node_covered,
+                    allow, currency, p if peak == 1 else f"{p} × intra-step peak factor {peak:g}", speculative)
                 reasons.extend(ph_reasons)
                 if ph_limited and "budget" not in limits:
                     limits.append("budget")
-    scheduled = event_policy.apply(spec, t, desired=desired, speculative_gpus=spec_gpus, reactive=reactive.desired,
+    spec_gpus = speculative(desired, placeholders)
+    scheduled = event_policy.apply(spec, t, desired=desired, speculative_gpus=spec_gpus, reactive=cf,
                                    strategy=strategy, forecast=q_pod, demand=value)
     desired, spec_gpus, limits, reasons = scheduled.desired, scheduled.speculative_gpus, \
         limits + list(scheduled.limits), reasons + list(scheduled.reasons)
@@ -287,8 +318,6 @@ def plan(
         reasons.append(allow.problem)
     cost = allow.cost(spec_gpus)
 
-    if desired != current:
-        events = tuple(e for e in events if e[0] != t) + ((t, desired - current),)
     changed = strategy != state.strategy
     new_state = PlannerState(
         strategy=strategy,
@@ -296,6 +325,8 @@ def plan(
         recommendations=reactive.recommendations,
         scale_events=events,
         missing_since=missing_since,
+        counterfactual=cf if value is not None else stored,
+        counterfactual_prior=stored,
         drift=drift_state,
         last_decided_at=t,
     )
@@ -308,7 +339,7 @@ def plan(
         limits=tuple(dict.fromkeys(limits)),
         reasons=tuple(reasons),
         currency=currency,
-        reactive_replicas=reactive.desired,
+        reactive_replicas=cf,
         predicted_replicas=predicted,
         demand=value,
         forecast_pod_lead=q_pod,
@@ -325,10 +356,15 @@ def plan(
 
 def _placeholders(
     q_node: float, cap: float, unit: str, hi: int, desired: int, current: int, free: int,
-    gpr: int, gpn: int, remaining: int, lead_node: int, covered: bool,
-    allow: budget_policy.Allowance, currency: str, p: str,
-) -> tuple[int, int, list[str], bool]:
-    """Placeholder GPUs for the demand one node lead time ahead; (gpus, node gpus, reasons, budget-limited)."""
+    gpr: int, gpn: int, lead_node: int, covered: bool,
+    allow: budget_policy.Allowance, currency: str, p: str, speculative: Callable[[int, int], int],
+) -> tuple[int, list[str], bool]:
+    """Placeholder GPUs for the demand one node lead time ahead; (gpus, reasons, budget-limited).
+
+    Placeholders hold GPUs for every replica the node lead time needs beyond ``desired`` — on free
+    GPUs of existing nodes first (the simulator and the scheduler put them there), the rest on new
+    nodes — as many as the budget allows above the counterfactual, whole nodes counted.
+    """
     reasons: list[str] = []
     need = min(replicas_for(q_node, cap), hi)
     extra = max(0, need - desired)
@@ -337,29 +373,37 @@ def _placeholders(
         reasons.append(f"prewarm: {p} demand over the next {lead_node} s is {q_node:.4g} {unit}{horizon}, "
                        f"needing {need} replicas; the {desired} existing or starting replicas cover it, "
                        "no placeholders")
-        return 0, 0, reasons, False
+        return 0, reasons, False
     new_replica_gpus = max(0, desired - current) * gpr
     free_after = max(0, free - new_replica_gpus)
     fit_free = min(extra, free_after // gpr)
-    ph_replicas = extra - fit_free
-    per_node = gpn // gpr
-    nodes_needed = math.ceil(ph_replicas / per_node)
-    nodes_allowed = min(nodes_needed, max(0, remaining) // gpn)
-    allowed_replicas = min(ph_replicas, nodes_allowed * per_node)
-    gpus = allowed_replicas * gpr
-    node_gpus = nodes_allowed * gpn
     reasons.append(
         f"prewarm: {p} demand over the next {lead_node} s is {q_node:.4g} {unit}{horizon}, needing {need} "
         f"replicas, {extra} more than the {desired} existing or starting; {fit_free} fit on free GPUs of "
-        f"existing nodes, {ph_replicas} need new nodes")
-    if ph_replicas:
+        f"existing nodes, {extra - fit_free} need new nodes")
+    allowed = budget_policy.most_within(0, extra, lambda k: speculative(desired, k * gpr) <= allow.gpus)
+    gpus = allowed * gpr
+    if gpus:
+        total = speculative(desired, gpus)
         reasons.append(
-            f"{gpus} placeholder GPUs keep {nodes_allowed} node(s) of {gpn} GPUs warm "
-            f"({node_gpus} speculative GPUs{_cost_text(allow.cost(node_gpus), currency)})")
-    limited = allowed_replicas < ph_replicas
+            f"{gpus} placeholder GPUs keep capacity warm on nodes of {gpn} GPUs "
+            f"({total} speculative GPUs in all{_cost_text(allow.cost(total), currency)})")
+    limited = allowed < extra
     if limited:
-        reasons.append(_budget_text(allow, nodes_needed * gpn, "prewarmed nodes", remaining))
-    return gpus, node_gpus, reasons, limited
+        reasons.append(_budget_text(allow, speculative(desired, extra * gpr), "prewarmed nodes"))
+    return gpus, reasons, limited
+
+
+def _fill(desired: int, cf: int, hi: int, gpr: int, gpn: int, allowed: int,
+          speculative: Callable[[int, int], int], reasons: list[str]) -> int:
+    """``desired`` raised to fill every GPU of the whole nodes it takes (prewarm.fillNodes), within budget."""
+    per_node = max(1, gpn // gpr)
+    full = min(hi, -(-desired // per_node) * per_node)
+    filled = budget_policy.most_within(desired, full, lambda d: speculative(d, 0) <= allowed)
+    if filled > desired:
+        reasons.append(f"fill nodes: {filled} replicas use every GPU of the {-(-filled // per_node)} node(s) "
+                       f"{desired} replicas take (a billed GPU costs the same idle or serving)")
+    return filled
 
 
 def _cost_text(cost: float | None, currency: str) -> str:

@@ -72,10 +72,17 @@ class DriftState:
 class PlannerState:
     strategy: Strategy = ""
     strategy_since: float | None = None
-    #: (time, raw reactive recommendation) within the longest stabilisation window.
+    #: (time, raw reactive recommendation) of the counterfactual within the longest stabilisation window.
     recommendations: tuple[tuple[float, int], ...] = ()
-    #: (time, replica change) within the longest scale policy period.
+    #: (time, replica change) of the counterfactual within the longest scale policy period.
     scale_events: tuple[tuple[float, int], ...] = ()
+    #: The counterfactual: replicas the HPA rule alone would hold, never having seen a forecast. It is
+    #: stepped on its own count (not on the replicas speculation raised), so speculation cannot fold
+    #: itself into it; the prewarm budget is enforced above it. None until the first valid demand.
+    counterfactual: int | None = None
+    #: The counterfactual before the decision at ``last_decided_at`` (a retried decision at the same
+    #: time steps from it again, so deciding twice equals deciding once).
+    counterfactual_prior: int | None = None
     #: When the current run of missing/stale demand began.
     missing_since: float | None = None
     drift: DriftState = field(default_factory=DriftState)
@@ -90,6 +97,8 @@ class PlannerState:
             "recommendations": [[t, r] for t, r in self.recommendations],
             "scaleEvents": [[t, n] for t, n in self.scale_events],
             "missingSince": self.missing_since,
+            "counterfactualReplicas": self.counterfactual,
+            "counterfactualPrior": self.counterfactual_prior,
             "lastDecidedAt": self.last_decided_at,
             "drift": {
                 "pending": [[p.step_start, p.p50, p.pq] for p in d.pending],
@@ -132,6 +141,8 @@ class PlannerState:
                 recommendations=tuple((_time(t), int(r)) for t, r in data.get("recommendations", ())),
                 scale_events=tuple((_time(t), int(n)) for t, n in data.get("scaleEvents", ())),
                 missing_since=_opt_time(data.get("missingSince")),
+                counterfactual=_opt_count(data.get("counterfactualReplicas")),
+                counterfactual_prior=_opt_count(data.get("counterfactualPrior")),
                 last_decided_at=_opt_time(data.get("lastDecidedAt")),
                 drift=DriftState(
                     pending=tuple(
@@ -185,6 +196,14 @@ def _step(v: Any) -> StepAccumulator | None:
 
 def _opt_time(v: Any) -> float | None:
     return None if v is None else _time(v)
+
+
+def _opt_count(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
+        raise ValueError(f"counterfactualReplicas {v!r} is not a whole number ≥ 0")
+    return int(v)
 
 
 def _opt_str(v: Any) -> str | None:

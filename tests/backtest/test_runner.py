@@ -47,7 +47,8 @@ def test_every_policy_runs_side_by_side_and_json_matches_the_issue(result) -> No
     assert set(doc) == {"scenario", "bound", "policies", "forecast"}
     assert set(doc["policies"]) == set(POLICIES)
     keys = {"gpu_hours", "cost", "slo_attainment", "unmet_minutes", "unserved_requests", "prewarm_gpu_hours",
-            "wasted_prewarm_cost", "scale_events", "reactive_minutes"}
+            "wasted_prewarm_cost", "wasted_placeholder_cost", "wasted_replica_cost", "scale_events",
+            "reactive_minutes", "max_speculative_gpus", "minutes_over_budget"}
     for name, m in doc["policies"].items():
         assert set(m) == keys, name
         assert 0.0 <= m["slo_attainment"] <= 1.0
@@ -56,6 +57,12 @@ def test_every_policy_runs_side_by_side_and_json_matches_the_issue(result) -> No
     assert set(doc["forecast"]["horizons"]) == {"10m", "20m", "30m"}
     assert doc["policies"]["oracle"]["slo_attainment"] == pytest.approx(1.0)
     assert doc["policies"]["static"]["reactive_minutes"] is None
+    for name, m in doc["policies"].items():
+        assert m["wasted_placeholder_cost"] + m["wasted_replica_cost"] == pytest.approx(m["wasted_prewarm_cost"])
+        if name == "predictive":  # the one budgeted policy: audited every minute against the counterfactual
+            assert m["minutes_over_budget"] == 0 and 0 <= m["max_speculative_gpus"] <= 8
+        else:
+            assert m["max_speculative_gpus"] is None and m["minutes_over_budget"] is None
 
 
 def test_peak_replicas_sizes_from_the_training_window_only() -> None:

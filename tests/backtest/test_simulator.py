@@ -10,7 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictive_scaler.backtest.measures import measure_policy, wasted_speculative_gpus
+from predictive_scaler.backtest.measures import (
+    audit_budget,
+    measure_policy,
+    speculative_per_tick,
+    wasted_billed_gpus,
+)
 from predictive_scaler.backtest.simulator import (
     ClusterConfig,
     Demand,
@@ -100,30 +105,41 @@ def test_billing_over_a_run_counts_node_lifetime_from_provisioning_to_removal() 
     assert list(run.ready[6:10]) == [4, 4, 5, 5]
 
 
-def _run(desired: list[int], placeholders: list[int], ready: list[int] | None = None) -> PolicyRun:
+def _run(desired: list[int], placeholders: list[int], ready: list[int] | None = None,
+         billed: list[int] | None = None) -> PolicyRun:
     n = len(desired)
     return PolicyRun("t", 60, np.array(desired), np.array(ready if ready is not None else desired),
-                     np.zeros(n, dtype=int) + 4, np.array(placeholders), None)
+                     np.array(billed) if billed is not None else np.zeros(n, dtype=int) + 4,
+                     np.array(placeholders), None)
 
 
+# 4-GPU nodes, 1 GPU per replica, price 2/GPU-h, cold start 420 s = 7 ticks: a tick's lead window is it + 7.
 @pytest.mark.parametrize(
-    ("desired", "placeholders", "reactive", "need", "wasted"),
+    ("billed", "desired", "placeholders", "reactive_billed", "need", "wasted", "placeholder_part"),
     [
-        # 2 placeholder GPUs, demand needs 2 more replicas 3 ticks later (within the 7-tick lead): not waste.
-        ([2] * 10, [2] * 10, [2] * 10, [2, 2, 2, 4, 4, 4, 4, 4, 4, 4], [0] * 10),
-        # Same placeholders, demand never rises: all of it is waste.
-        ([2] * 10, [2] * 10, [2] * 10, [2] * 10, [2] * 10),
-        # Replicas above reactive (3 vs 2), demand needs 3 from tick 9: waste while tick 9 is more than the 7-tick lead away (ticks 0, 1).
-        ([3] * 12, [0] * 12, [2] * 12, [2] * 9 + [3] * 3, [1, 1] + [0] * 10),
-        # No speculation at all.
-        ([2] * 5, [0] * 5, [2] * 5, [1] * 5, [0] * 5),
+        # A placeholder node (3 replicas + 2 placeholders take 2 nodes, the replicas alone 1), never used.
+        ([8] * 10, [3] * 10, [2] * 10, [4] * 10, [3] * 10, [4] * 10, [4] * 10),
+        # Same, but demand needs 6 replicas (2 nodes) from tick 3, inside every tick's lead window: used.
+        ([8] * 10, [3] * 10, [2] * 10, [4] * 10, [3] * 3 + [6] * 7, [0] * 10, [0] * 10),
+        # Extra replicas (5 on 2 nodes vs reactive's 1 node), never needed: replica waste.
+        ([8] * 10, [5] * 10, [0] * 10, [4] * 10, [3] * 10, [4] * 10, [0] * 10),
+        # Needed from tick 9: waste while tick 9 is beyond the 7-tick lead (ticks 0 and 1).
+        ([8] * 12, [5] * 12, [0] * 12, [4] * 12, [3] * 9 + [6] * 3, [4, 4] + [0] * 10, [0] * 12),
+        # Billed less than reactive (released faster): nothing added, nothing wasted.
+        ([4] * 5, [3] * 5, [0] * 5, [8] * 5, [3] * 5, [0] * 5, [0] * 5),
+        # One more replica on a node reactive already pays for: not billed, not waste.
+        ([4] * 5, [4] * 5, [0] * 5, [4] * 5, [3] * 5, [0] * 5, [0] * 5),
     ],
-    ids=["used-within-lead", "never-used", "used-too-late", "none"],
+    ids=["placeholder-never-used", "placeholder-used-within-lead", "replicas-never-used", "used-too-late",
+         "cheaper-than-reactive", "free-gpu-on-a-billed-node"],
 )
-def test_wasted_prewarm(desired, placeholders, reactive, need, wasted) -> None:  # noqa: ANN001
+def test_wasted_prewarm_is_billed_whole_nodes(billed, desired, placeholders, reactive_billed, need,  # noqa: ANN001
+                                              wasted, placeholder_part) -> None:
     demand = Demand(np.ones(len(desired)), 60, 1.0)
-    got = wasted_speculative_gpus(_run(desired, placeholders), demand, CFG, np.array(reactive), np.array(need))
+    got, ph = wasted_billed_gpus(_run(desired, placeholders, billed=billed), demand, CFG, np.array(reactive_billed),
+                                 np.array(need))
     assert list(got) == wasted
+    assert list(ph) == placeholder_part
 
 
 def test_measures_by_hand() -> None:
@@ -131,7 +147,7 @@ def test_measures_by_hand() -> None:
     demand = Demand(np.array([10.0, 30.0, np.nan, 25.0]), 60, 10.0)
     run = PolicyRun("t", 60, np.array([2, 2, 2, 3]), np.array([2, 2, 2, 2]), np.array([4, 4, 4, 8]),
                     np.array([0, 0, 0, 1]), np.array([False, True, True, False]))
-    m = measure_policy(run, demand, CFG, reactive_desired=np.array([2, 2, 2, 2]),
+    m = measure_policy(run, demand, CFG, reactive_billed=np.array([4, 4, 4, 4]),
                        reactive_need=np.array([1, 3, 3, 3]), demand_unit_seconds=60)
     assert m.gpu_hours == pytest.approx((4 + 4 + 8) / 60)      # the NaN tick is outside the evidence
     assert m.cost == pytest.approx(m.gpu_hours * 2.0)
@@ -141,6 +157,30 @@ def test_measures_by_hand() -> None:
     assert m.prewarm_gpu_hours == pytest.approx(1 / 60)
     assert m.scale_events == 1
     assert m.reactive_minutes == 1.0
+    # Tick 3 is billed a second node (8 vs reactive's 4) that the 3 replicas + 1 placeholder do not need
+    # packed (one node holds them): 4 GPUs × 1 minute × 2/GPU-h, all of it on the replica side.
+    assert m.wasted_prewarm_cost == pytest.approx(4 / 60 * 2.0)
+    assert m.wasted_placeholder_cost == 0.0
+    assert m.wasted_replica_cost == pytest.approx(m.wasted_prewarm_cost)
+    assert m.max_speculative_gpus is None and m.minutes_over_budget is None
+
+
+@pytest.mark.parametrize(
+    ("desired", "placeholders", "counterfactual", "speculative"),
+    [
+        ([10, 12, 12], [0, 0, 0], [10, 10, 10], [0, 2, 2]),        # replicas on nodes the counterfactual has
+        ([12, 13, 12], [0, 0, 4], [12, 12, 12], [0, 4, 4]),        # one more replica / placeholders: a whole node
+        ([8, 8, 8], [0, 2, 0], [10, 10, 10], [0, 2, 0]),           # below the counterfactual; placeholders count
+    ],
+    ids=["replicas", "whole-node", "below-counterfactual"],
+)
+def test_budget_audit_every_tick(desired, placeholders, counterfactual, speculative) -> None:  # noqa: ANN001
+    run = _run(desired, placeholders)
+    got = speculative_per_tick(run, np.array(counterfactual), CFG)
+    assert list(got) == speculative
+    audit = audit_budget(run, np.array(counterfactual), CFG, allowed_gpus=2)
+    assert audit.max_speculative_gpus == max(speculative)
+    assert audit.minutes_over_budget == sum(s > 2 for s in speculative)
 
 
 @pytest.mark.parametrize(

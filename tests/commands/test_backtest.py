@@ -68,10 +68,58 @@ def test_report_is_written_and_self_contained(trace_file: Path, tmp_path: Path, 
                  "--no-progress", "--report", str(out_dir)])
     assert code == 0
     page = (out_dir / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3 and "src=\"capacity.png\"" not in page
+    pngs = sorted(p.name for p in out_dir.glob("*.png"))
+    assert "hard_days.png" in pngs
+    assert page.count("data:image/png;base64,") == len(pngs) and "src=\"capacity.png\"" not in page
     md = (out_dir / "report.md").read_text()
-    assert "## Scenario" in md and "physical bound" in md
+    assert "## Scenario" in md and "physical bound" in md and "Wasted prewarm cost (billed)" in md
+    _html_carries_the_markdown(md, page)
     assert str(out_dir / "report.html") in capsys.readouterr().out
+
+
+def _html_carries_the_markdown(md: str, page: str) -> None:
+    """Every heading, list item and table cell of the Markdown appears in the HTML."""
+    import html as html_lib
+    import re
+
+    def plain(x: str) -> str:
+        return x.replace("`", "").replace("*", "")
+
+    text = plain(html_lib.unescape(re.sub(r"<[^>]+>", "", page)))
+    for line in md.splitlines():
+        if line.startswith("#"):
+            assert plain(line.lstrip("#").strip()) in text, line
+        elif line.startswith("- "):
+            assert plain(line[2:]) in text, line
+        elif line.startswith("|") and not line.startswith("|---"):
+            for cell in line.strip("|").split("|"):
+                assert plain(cell.strip()) in text, cell
+
+
+def test_frontier_json_report_and_plain_progress(trace_file: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "rep"
+    code = main(["backtest", "--trace", str(trace_file), "--scenario", str(trace_file.with_name("s.yaml")),
+                 "--frontier", "--json", "--report", str(out_dir)])
+    assert code == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert set(doc["headline"]) == {"cost_ratio_vs_reactive", "gap_closed_vs_reactive", "unmet_ratio_vs_reactive",
+                                    "cost_ratio_vs_holt_winters", "gap_closed_vs_holt_winters"}
+    reactive = doc["frontier"]["reactive"]
+    knobs = [p["knob"]["target_utilization"] for p in reactive]
+    assert knobs[0] == 0.3 and knobs[-1] == 0.95 and all(0 < b - a <= 0.05 + 1e-9 for a, b in zip(knobs, knobs[1:], strict=False))
+    for name, points in doc["frontier"].items():
+        for p in points:
+            assert {"knob", "gpu_hours", "slo_attainment", "unmet_minutes"} <= set(p), name
+            assert 0.0 <= p["slo_attainment"] <= 1.0
+    assert doc["policies"]["predictive"]["minutes_over_budget"] == 0
+    assert doc["policies"]["reactive"]["minutes_over_budget"] is None
+    # Piped stderr: plain progress lines, no carriage-return bars.
+    assert "\r" not in captured.err and "predictive: 100 %" in captured.err and "frontier:" in captured.err
+    md = (out_dir / "report.md").read_text()
+    assert "## Cost–service frontiers" in md and "frontier.png" in md
+    _html_carries_the_markdown(md, (out_dir / "report.html").read_text())
 
 
 def test_bad_scenario_is_a_clean_error(tmp_path: Path, trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:

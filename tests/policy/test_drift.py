@@ -79,3 +79,24 @@ def test_steps_are_judged_on_their_mean_and_spread_is_learned() -> None:
     assert s.outcomes and all(o == 0 for o in s.outcomes)  # means of 100 vs P50 100 / P95 110
     assert s.noise_var is not None and 0.005 < s.noise_var < 0.02  # ±10 % scatter
     assert all(t.run == 0 for t in trail)
+
+
+@pytest.mark.parametrize("lagged", [True, False], ids=["observed-at", "now"])
+def test_delayed_observations_are_judged_in_the_step_they_belong_to(lagged: bool) -> None:
+    """A source as coarse as the model step, seen 60 s late: each step's first observation is the previous
+    step's value. Judged at the time it is of, the source stays coarse (one value per step: single
+    observations are left to the step means) and the step changes the forecast predicted are fine; judged
+    at ``now``, every step mixes two values and the source looks like scatter."""
+    from predictive_scaler.policy.drift import MIN_NOISE_VAR
+
+    levels = [100.0, 100.0, 40.0, 40.0, 40.0, 100.0, 100.0, 40.0]  # the forecast knows every level
+    pending = tuple(PendingForecast(i * STEP, lv, lv * 1.1) for i, lv in enumerate(levels))
+    s = replace(DriftState(), pending=pending)
+    for i in range(len(levels) * 5):
+        now = 60.0 * i + 1
+        seen = now - 60
+        value = levels[max(0, int(seen // STEP))]
+        s, _ = observe(s, SETTINGS, value, now, STEP, slack=1.0, observed_at=seen if lagged else None)
+    assert not s.drifting
+    assert s.noise_var is not None
+    assert (s.noise_var <= MIN_NOISE_VAR) == lagged

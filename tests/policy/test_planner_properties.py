@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from predictive_scaler.forecasting.base import Forecast
-from predictive_scaler.policy.budget import allowance
+from predictive_scaler.policy.budget import allowance, speculative_gpus
 from predictive_scaler.policy.planner import ClusterState, DemandSample, plan
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import Budget, ScalerSpec
@@ -168,14 +168,24 @@ def test_decisions_respect_bounds_budget_and_missing_data(drawn: Any) -> None:
     if spec.min_replicas > 0:
         assert d.desired_replicas > 0
     a = allowance(spec.prewarm.budget)
-    assert 0 <= d.speculative_gpus <= a.gpus
+    # Speculative = held above the counterfactual (d.reactive_replicas). The one excess the planner
+    # does not add is keeping replicas on missing data (never a scale-down) that something else
+    # raised above it: then no placeholder is kept and nothing else is added.
+    kept = speculative_gpus(d.desired_replicas, 0, d.reactive_replicas, spec.gpus_per_replica,
+                            spec.prewarm.gpus_per_node)
+    assert d.speculative_gpus == speculative_gpus(d.desired_replicas, d.placeholder_gpus, d.reactive_replicas,
+                                                  spec.gpus_per_replica, spec.prewarm.gpus_per_node)
+    if d.speculative_gpus > a.gpus:
+        assert d.metrics_problem is not None and d.placeholder_gpus == 0 and d.speculative_gpus == kept
+        assert d.desired_replicas == min(max(_current(cluster), spec.min_replicas), spec.max_replicas)
+        return
     b = spec.prewarm.budget
     if b.max_gpus is not None:
         assert d.speculative_gpus <= b.max_gpus
     if b.max_cost_per_hour is not None:
         assert d.speculative_cost_per_hour is not None and d.speculative_cost_per_hour <= b.max_cost_per_hour
     if b.max_gpus is None and b.max_cost_per_hour is None:
-        assert d.speculative_gpus == 0 and d.placeholder_gpus == 0
+        assert d.placeholder_gpus == 0 and (d.speculative_gpus == 0 or d.metrics_problem is not None)
     assert 0 <= d.placeholder_gpus <= d.speculative_gpus
     if d.metrics_problem is not None:  # missing/invalid demand: never a scale-down, never new speculation
         assert d.strategy in ("hold", "reactive")

@@ -1,0 +1,90 @@
+"""Frontiers: reference curves by hand, and the --frontier JSON shape on a synthetic trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from predictive_scaler.backtest.frontier import (
+    HEADLINE_KEYS,
+    Point,
+    envelope,
+    headline,
+    reference_cost,
+    reference_unmet,
+    run_frontier,
+)
+from tests.backtest.test_runner import FAST, daily_trace
+
+
+def P(gpu_hours: float, served: float, unmet: float = 0.0, default: bool = False) -> Point:  # noqa: N802
+    return Point({}, gpu_hours, served, unmet, default)
+
+
+CURVE = [P(100, 0.90, 50), P(120, 0.95, 20), P(150, 0.99, 5), P(130, 0.94, 40), P(200, 0.99, 4)]
+
+
+@pytest.mark.parametrize(
+    ("share", "expected"),
+    [
+        (0.80, 100.0),                 # below the lowest point: the cheapest point serving at least it
+        (0.90, 100.0),
+        (0.925, 110.0),                # halfway between (100, 0.90) and (120, 0.95)
+        (0.97, 135.0),                 # halfway between (120, 0.95) and (150, 0.99)
+        (0.99, 150.0),                 # (200, 0.99) and (130, 0.94) are not on the envelope
+        (0.995, None),                 # beyond the highest point: undefined
+    ],
+    ids=["below", "lowest", "interpolated-low", "interpolated-high", "highest", "beyond"],
+)
+def test_reference_cost_is_the_interpolated_lower_envelope(share: float, expected: float | None) -> None:
+    assert [p.gpu_hours for p in envelope(CURVE)] == [100, 120, 150]
+    got = reference_cost(CURVE, share)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize(("gpu_hours", "expected"), [(90, None), (100, 50.0), (110, 35.0), (175, 4.5), (300, 4.0)],
+                         ids=["cheaper-than-all", "at-cheapest", "interpolated", "between-far", "beyond"])
+def test_reference_unmet_at_equal_cost(gpu_hours: float, expected: float | None) -> None:
+    got = reference_unmet(CURVE, gpu_hours)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_headline_by_hand() -> None:
+    frontier = {
+        "reactive": CURVE,
+        "holt-winters": [P(110, 0.90), P(140, 0.99)],
+        "predictive": [P(125, 0.97, 10, default=True), P(140, 0.99, 6)],
+        "oracle": [P(95, 1.0)],
+    }
+    head, beaten = headline(frontier)
+    assert set(head) == set(HEADLINE_KEYS)
+    assert head["cost_ratio_vs_reactive"] == pytest.approx(125 / 135)
+    assert head["gap_closed_vs_reactive"] == pytest.approx((135 - 125) / (135 - 95))
+    assert head["unmet_ratio_vs_reactive"] == pytest.approx(10 / 17.5)  # reactive at 125 GPU-h: 17.5 unmet min
+    hw = 110 + 30 * (0.97 - 0.90) / 0.09
+    assert head["cost_ratio_vs_holt_winters"] == pytest.approx(125 / hw)
+    assert head["gap_closed_vs_holt_winters"] == pytest.approx((hw - 125) / (hw - 95))
+    assert beaten == []
+    # A reactive point both cheaper and serving more beats it.
+    frontier["reactive"] = [*CURVE, P(120, 0.98)]
+    _, beaten = headline(frontier)
+    assert [(b["policy"], b["gpu_hours"]) for b in beaten] == [("reactive", 120)]
+
+
+def test_frontier_json_shape_and_reuse() -> None:
+    result = run_frontier(daily_trace(), FAST, hpa_targets=(0.5, 0.9), predictive_targets=(0.8,))
+    doc = json.loads(json.dumps(result.to_json(), allow_nan=False))
+    assert set(doc["frontier"]) == {"reactive", "holt-winters", "predictive", "static", "oracle"}
+    for name, points in doc["frontier"].items():
+        for p in points:
+            assert set(p) - {"default"} == {"knob", "gpu_hours", "slo_attainment", "unmet_minutes"}, name
+            assert 0.0 <= p["slo_attainment"] <= 1.0
+    assert [p["knob"]["target_utilization"] for p in doc["frontier"]["reactive"]] == [0.5, 0.8, 0.9]
+    assert [p["knob"]["predictive_target_utilization"] for p in doc["frontier"]["predictive"]] == [0.8]
+    assert sum(bool(p.get("default")) for p in doc["frontier"]["predictive"]) == 1
+    assert set(doc["headline"]) == set(HEADLINE_KEYS)
+    assert doc["policies"]["predictive"]["minutes_over_budget"] == 0
+    # Cheaper in GPU-hours the higher the reactive target: the knob does what it says.
+    costs = [p["gpu_hours"] for p in doc["frontier"]["reactive"]]
+    assert costs[0] >= costs[-1]
