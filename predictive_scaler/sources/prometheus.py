@@ -60,8 +60,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
+from predictive_scaler.core.values import DemandSample  # re-exported: sources.history and callers use it
 from predictive_scaler.errors import SourceError
-from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
 
 log = logging.getLogger(__name__)
 
@@ -88,26 +88,6 @@ class PartialDataError(SourceError):
 
 class DuplicateSeriesError(SourceError):
     """A query meant to give one number returned several series."""
-
-
-@dataclass(frozen=True)
-class DemandSample(PlannerDemandSample):
-    """The planner's DemandSample, plus why it is missing. ``value`` is NaN when missing — never 0.
-
-    ``observed_at`` is when the oldest sample behind ``value`` was taken (the
-    query's evaluation time when no freshness query says otherwise); None when
-    nothing was observed. The planner reads NaN as missing data and holds.
-    """
-
-    missing_reason: str = ""
-
-    @property
-    def missing(self) -> bool:
-        return not math.isfinite(self.value)
-
-    @classmethod
-    def absent(cls, reason: str, observed_at: datetime | None = None) -> DemandSample:
-        return cls(value=math.nan, observed_at=observed_at, missing_reason=reason)
 
 
 @dataclass(frozen=True)
