@@ -275,12 +275,10 @@ class HistoryPort(Protocol):
 
 
 def demand_query(spec: ScalerSpec, namespace: str) -> str:
-    """The PromQL whose history the model learns: the spec's query, or DCGM busy GPUs of the target's pods."""
-    if spec.demand.query:
-        return spec.demand.query
-    from predictive_scaler.sources import dcgm
+    """The PromQL whose history the model learns — the controller's (``sources/demand.py``)."""
+    from predictive_scaler.sources.demand import demand_history
 
-    return dcgm.busy_gpus(namespace, spec.target.name)
+    return demand_history(spec, namespace).query
 
 
 @dataclass
@@ -294,12 +292,13 @@ class PrometheusHistory:
 
     def demand(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int,
                *, min_history: timedelta | None, max_missing_fraction: float | None) -> Series:
-        from predictive_scaler.sources.history import pull_history
+        from predictive_scaler.sources.demand import demand_history
 
         assert target.spec is not None
-        return pull_history(self.source, demand_query(target.spec, target.namespace), start, end, step_seconds,
-                            min_history=min_history, max_missing_fraction=max_missing_fraction,
-                            name=target.model_name)
+        # The serving path's own definition and pull (one-minute values averaged per step).
+        return demand_history(target.spec, target.namespace).pull(
+            self.source, start, end, step_seconds, min_history=min_history,
+            max_missing_fraction=max_missing_fraction, name=target.model_name)
 
     def gpu_usage(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int) -> GpuUsage:
         from predictive_scaler.sources import dcgm

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from predictive_scaler.core.values import DemandSample, Forecast  # DemandSample re-exported (__all__)
+# DemandSample lives in the core (sources need it); re-exported here (__all__).
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy import budget as budget_policy
 from predictive_scaler.policy import drift as drift_policy
 from predictive_scaler.policy import events as event_policy

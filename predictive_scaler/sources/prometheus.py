@@ -60,7 +60,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
-from predictive_scaler.core.values import DemandSample  # re-exported: sources.history and callers use it
+
+# DemandSample lives in the core; re-exported here for sources.history and callers.
+from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import SourceError
 
 log = logging.getLogger(__name__)
