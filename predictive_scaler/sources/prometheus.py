@@ -24,11 +24,11 @@ Which call goes through what:
   ``errorType`` and a non-JSON body as such, which the client's
   ``custom_query`` hides (it returns ``data.result`` or raises on a status).
 
-Retries are one tenacity policy for both paths (``RetryPolicy``: bounded attempts,
+Retries are one tenacity policy for both paths (``PrometheusRetry``: bounded attempts,
 backoff 0.5·2^k s capped, at most 30 s in all on the injected clock), sleeping with
 the injected ``sleep``.
 
-Facts this relies on (measured on Prometheus 2.42, DESIGN.md §4):
+Facts this relies on (measured on Prometheus 2.42):
 
 - a range query returns at most 11,000 points per series, counted as
   ``(end - start) / step``; longer ranges are split into chunks, the next one
@@ -129,7 +129,7 @@ class QueryResult:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class PrometheusRetry:
     """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped).
 
     No retry starts once it would end more than ``max_elapsed_seconds`` after the first
@@ -186,7 +186,7 @@ class PrometheusSource:
         if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
             raise SourceError(f"max_points_per_series must be in 2..{MAX_POINTS_PER_SERIES}, "
                               f"got {self.max_points_per_series}")
-        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds,
+        self._retry = PrometheusRetry(retries=self.retries, backoff_seconds=self.backoff_seconds,
                                   max_elapsed_seconds=self.retry_budget_seconds)
         #: HTTP calls made (attempts included) — for tests and benchmarks.
         self.requests_made = 0
