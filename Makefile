@@ -39,6 +39,7 @@ kube-apiserver:
 
 lint: $(STAMP)
 	$(BIN)/ruff check predictive_scaler tests backtests scripts
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy predictive_scaler

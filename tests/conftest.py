@@ -1,5 +1,7 @@
 """Shared fixtures for the whole test suite.
 
+``fake_api`` and ``clock``: the stateful fake Kubernetes API server and a fake
+clock, from ``support/fakes/`` (the one fakes package).
 ``prometheus_server``: one real Prometheus per test session, holding 14 days of
 a real trace backfilled with promtool (see ``support/prometheus.py`` for what
 is in it). ``prometheus_factory``: start more servers with your own backfilled
@@ -26,6 +28,9 @@ from predictive_scaler.sources.openmetrics import (
     CounterFamily,
     GaugeFamily,
 )
+
+# The shared fakes' fixtures (fake_api, clock), defined once in tests/support/fakes/.
+from tests.support.fakes.fixtures import clock, fake_api  # noqa: E402, F401
 
 PROMETHEUS_FIXTURES = {"prometheus_server", "prometheus_factory"}
 

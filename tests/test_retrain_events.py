@@ -9,8 +9,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from predictive_scaler import retrain
 from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.retrain import (
+    job as retrain,  # the job module: monkeypatched where it looks names up
+)
 from tests.test_retrain import FAST, START, FakeHistory, synthetic, target
 
 

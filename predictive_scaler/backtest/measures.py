@@ -32,6 +32,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from predictive_scaler.backtest.simulator import ClusterConfig, Demand, PolicyRun
 
+# The MASE scale is the engine's, one definition (None on a flat window); re-exported for adapters.py.
+from predictive_scaler.forecasting.metrics import naive_scale  # noqa: F401
+
 
 @dataclass(frozen=True)
 class PolicyMeasures:
@@ -208,10 +211,3 @@ def horizon_accuracy(
         n=n,
     )
 
-
-def naive_scale(training: np.ndarray) -> float | None:
-    """In-sample MAE of the one-step naive forecast on the training window (the MASE scale)."""
-    y = np.asarray(training, dtype=float)
-    diffs = np.abs(np.diff(y))
-    diffs = diffs[np.isfinite(diffs)]
-    return float(diffs.mean()) if diffs.size else None

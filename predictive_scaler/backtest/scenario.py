@@ -1,7 +1,7 @@
 """Backtest scenarios: one YAML file = one cluster, one protocol, one scaler spec.
 
 A scenario names a node-autoscaler preset (``karpenter`` or
-``cluster-autoscaler``, DESIGN §5) and may override any lead time; the
+``cluster-autoscaler``, see ``simulator.PRESETS``) and may override any lead time; the
 ``spec`` section is the PredictiveScaler spec (camelCase, as in the CRD) the
 predictive policy runs with. Every field is validated when the file is read,
 and errors name the field.

@@ -4,7 +4,7 @@ The simulator is deterministic: the same sequence of ``apply``/``advance``
 calls at the same times always yields the same cluster. Time is whole seconds
 since the start of the simulation (the runner maps it to wall-clock datetimes).
 
-What it models (defaults in :class:`ClusterConfig`, from DESIGN §5):
+What it models (defaults in :class:`ClusterConfig`):
 
 - A replica needs ``gpus_per_replica`` GPUs on one node. On a **warm** node (one
   that exists and has pulled the inference image) it is ready after
@@ -34,7 +34,7 @@ import numpy as np
 
 from predictive_scaler.errors import ConfigError, did_you_mean
 
-#: Lead times per node autoscaler (DESIGN §5). Image pull 3–8 min on a cold node
+#: Lead times per node autoscaler. Image pull 3–8 min on a cold node
 #: (5 min taken), model load ~1 min; Cluster Autoscaler removes a node after
 #: 10 min unneeded (its default), Karpenter after its consolidateAfter (5 min here).
 PRESETS: dict[str, dict[str, float]] = {

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")  # before numpy: one BLAS thread per process (see retrain.py)
+    os.environ.setdefault(_name, "1")  # before numpy: one BLAS thread per process (see retrain/job.py)
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

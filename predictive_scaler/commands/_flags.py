@@ -13,6 +13,10 @@ from predictive_scaler.errors import ConfigError
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The candidate models of `train` and `evaluate` (defined once; the retraining job's are
+#: forecasting.registry.FORECASTER_KINDS, the ensemble included).
+DEFAULT_MODELS = "arima,prophet,persistence,seasonal-naive,holt-winters"
+
 #: Mirrors series.DEFAULT_MAX_MISSING (not imported: registering flags must not import pandas).
 DEFAULT_MAX_MISSING = 0.5
 

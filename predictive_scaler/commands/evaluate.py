@@ -8,9 +8,7 @@ import math
 import sys
 from typing import Any
 
-from predictive_scaler.commands._flags import add_trace_flags
-
-DEFAULT_MODELS = "arima,prophet,persistence,seasonal-naive,holt-winters"
+from predictive_scaler.commands._flags import DEFAULT_MODELS, add_trace_flags
 
 
 def register(subparsers: Any) -> None:

@@ -6,9 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from predictive_scaler.commands._flags import add_trace_flags
-
-DEFAULT_MODELS = "arima,prophet,persistence,seasonal-naive,holt-winters"
+from predictive_scaler.commands._flags import DEFAULT_MODELS, add_trace_flags
 
 
 def register(subparsers: Any) -> None:

@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from predictive_scaler.errors import ConfigError, ModelError, SourceError
@@ -43,7 +43,8 @@ from predictive_scaler.kube.client import (
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
 from predictive_scaler.series import Series
 from predictive_scaler.sources import dcgm
-from predictive_scaler.sources.history import PrometheusMetrics, pull_history
+from predictive_scaler.sources.demand import demand_history
+from predictive_scaler.sources.history import PrometheusMetrics
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec, Toleration
 
@@ -289,9 +290,6 @@ class StoreModelPort:
 
 # -- metrics ----------------------------------------------------------------------------------
 
-#: Step at which recent history is pulled before it is averaged onto the model grid.
-PULL_STEP_SECONDS = 60
-
 
 class PrometheusMetricsPort:
     """MetricsPort for one scaler: its demand query (or the DCGM busy-GPU sum) on Prometheus."""
@@ -302,17 +300,10 @@ class PrometheusMetricsPort:
     @classmethod
     def for_spec(cls, source: PrometheusSource, spec: ScalerSpec, namespace: str,
                  labels: dcgm.DcgmLabels = dcgm.DEFAULT_LABELS) -> PrometheusMetricsPort:
-        demand = spec.demand
-        freshness = None
-        query = demand.query
-        if demand.kind == "dcgm-busy-gpus" and query is None:
-            query = dcgm.busy_gpus(namespace, spec.target.name, labels)
-            # A frozen exporter keeps answering: the oldest GPU sample's age says so.
-            freshness = dcgm.freshness(namespace, spec.target.name, labels)
-        if query is None:  # ScalerSpec validation makes this unreachable; say what to do anyway
-            raise ConfigError("spec.demand.query is required for demand.kind 'requests'", field="spec.demand.query")
-        return cls(PrometheusMetrics(source, query, max_age=timedelta(seconds=demand.max_age_seconds),
-                                     freshness_query=freshness, name=spec.target.name))
+        # The one definition of the scaler's demand history, shared with the retraining job.
+        history = demand_history(spec, namespace, labels)
+        return cls(PrometheusMetrics(source, history.query, max_age=history.max_age,
+                                     freshness_query=history.freshness_query, name=history.name))
 
     def demand_now(self, now: datetime) -> DemandSample:
         sample = self.metrics.demand_now(now)
@@ -326,14 +317,8 @@ class PrometheusMetricsPort:
 
         A user's demand query has a short range (``[2m]``) chosen for *now*; evaluated
         once per 5-minute step it would sample 2 of every 5 minutes. Pulled every
-        minute and averaged, each model step is the mean demand over the step, as the
-        model was trained on (and as the backtest replays it).
+        minute and averaged (``sources/demand.py``), each model step is the mean
+        demand over the step, exactly as the retraining job pulls what the model
+        learns from (and as the backtest replays it).
         """
-        if step_seconds <= PULL_STEP_SECONDS or step_seconds % PULL_STEP_SECONDS:
-            return self.metrics.recent(now, window, step_seconds)
-        if window <= timedelta(0):
-            raise SourceError(f"recent window must be positive, got {window}")
-        end = datetime.fromtimestamp(math.floor(now.timestamp() / step_seconds) * step_seconds, UTC)
-        fine = pull_history(self.metrics.source, self.metrics.history_query, end - window, end, PULL_STEP_SECONDS,
-                            min_history=None, combine=self.metrics.combine, name=self.metrics.name)
-        return fine.resample(step_seconds)
+        return self.metrics.recent(now, window, step_seconds)

@@ -2,7 +2,7 @@
 
 Stage 1 is least squares of ``log(x + c)`` on ``[1, daily Fourier (K=10),
 weekly Fourier (K=5)]`` (a linear trend ``t`` is optional and off by default): seasonal ARIMA with a 288-step season is far too slow
-(DESIGN.md §3), Fourier terms are instant. Stage 2 is a short ARIMA (default
+(measured), Fourier terms are instant. Stage 2 is a short ARIMA (default
 (1,1,1), chosen by measurement: the differenced model follows level shifts and
 never reverts to a stale mean; a stationary (2,0,1) was 6 % better in pinball
 loss on NASA but collapsed on the 14-day traces with level shifts, e.g. P95

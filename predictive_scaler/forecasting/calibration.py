@@ -1,6 +1,6 @@
 """Conformal calibration of forecast quantiles per horizon step.
 
-A model's own intervals are rarely honest (DESIGN.md §3 measured 0.97–0.99
+A model's own intervals are rarely honest (measured: 0.97–0.99
 for a nominal P95). :func:`calibrate` learns, for each requested quantile and
 each horizon step, the shift on the log scale that makes the quantile cover
 its probability on out-of-sample residuals — data after the base model's fit

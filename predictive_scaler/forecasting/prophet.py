@@ -1,6 +1,6 @@
 """Prophet as the seasonal part, with a short autoregression that uses the latest observations.
 
-DESIGN.md §3: Prophet's default collapses on request traces; on a log1p scale
+Measured: Prophet's default collapses on request traces; on a log1p scale
 with ``changepoint_prior_scale≈0.001`` and daily + weekly seasonality it is a
 decent seasonal curve but ignores recent observations, so alone it loses to
 persistence 10–30 minutes ahead. The fitted model here is therefore two parts:
@@ -48,7 +48,7 @@ _NS = 1_000_000_000
 
 @dataclass(frozen=True)
 class ProphetSettings:
-    """How the Prophet part is fitted. Defaults follow DESIGN.md §3."""
+    """How the Prophet part is fitted. Defaults follow the measurements above."""
 
     #: Prophet's trend flexibility; its default 0.05 chases bursts and collapses the trend.
     changepoint_prior_scale: float = 0.001

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ModelError
-from predictive_scaler.forecasting.base import Forecast
 
 #: No decision ever exceeds this many replicas or GPUs, whatever the input.
 REPLICA_CAP = 10**9

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from predictive_scaler.forecasting.base import Forecast
+# DemandSample lives in the core (sources need it); re-exported here (__all__).
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy import budget as budget_policy
 from predictive_scaler.policy import drift as drift_policy
 from predictive_scaler.policy import events as event_policy
@@ -36,14 +37,6 @@ from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import ScalerSpec
 
 __all__ = ["ClusterState", "Decision", "DemandSample", "PlannerState", "plan"]
-
-
-@dataclass(frozen=True)
-class DemandSample:
-    """Total demand now (req/s or busy GPUs) and when it was observed (None: unknown, taken as fresh)."""
-
-    value: float
-    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True)

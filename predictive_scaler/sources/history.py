@@ -9,6 +9,8 @@ element of a pull ending at ``now`` is the step that ended at (or just
 before) ``now``, which is complete and already observed. For a rate query, give
 the range the same length as the step (``[5m]`` at a 5-minute step), or the
 pulled value is the mean over a different window than the step it stands for.
+Demand is therefore pulled every minute and averaged per step, whatever the
+query's range (``average_from``; see ``sources/demand.py``).
 
 Gaps stay NaN. History length is the span from the first to the last present
 value, so a series that began (or stopped) 9 days into a 21-day window is
@@ -32,6 +34,9 @@ from predictive_scaler.sources.prometheus import (
     PrometheusSource,
 )
 
+#: Demand is evaluated this often and averaged into model steps (``pull_history(…, average_from=…)``).
+PULL_STEP_SECONDS = 60
+
 
 def pull_history(
     source: PrometheusSource,
@@ -45,6 +50,7 @@ def pull_history(
     combine: Combine = "error",
     name: str = "demand",
     allow_partial: bool = False,
+    average_from: int | None = None,
 ) -> Series:
     """Pull ``query`` over [start, end] as a Series of ``step`` steps (gaps NaN).
 
@@ -58,8 +64,23 @@ def pull_history(
     ``max_missing_fraction`` of the observed span is NaN. A failing Prometheus
     raises SourceError (retried first); ``warnings`` raise PartialDataError
     unless ``allow_partial``.
+
+    With ``average_from`` (seconds, e.g. :data:`PULL_STEP_SECONDS`), the query is
+    evaluated at that finer step and each ``step`` is the mean of the present
+    values inside it: a short-range query (``rate(…[2m])`` at a 5-minute step)
+    then stands for the whole step, not its last two minutes. Demand is pulled
+    this way for training and for serving (``sources/demand.py``); the checks
+    apply to the averaged steps. Ignored unless ``step`` is a larger multiple.
     """
     step_s = _step(step)
+    if average_from and step_s > average_from and step_s % average_from == 0:
+        t0 = math.ceil(_epoch(start) / step_s) * step_s
+        t1 = math.floor(_epoch(end) / step_s) * step_s
+        if t1 <= t0:
+            raise DataError(f"history window {start} → {end} holds no whole {step_s}s step; widen it")
+        fine = pull_history(source, query, _dt(t0), _dt(t1), average_from, min_history=None, combine=combine,
+                            name=name, allow_partial=allow_partial)
+        return _check_pulled(fine.resample(step_s), query, min_history, max_missing_fraction)
     t0 = math.ceil(_epoch(start) / step_s) * step_s
     last_eval = math.floor(_epoch(end) / step_s) * step_s
     n = (last_eval - t0) // step_s  # steps [t0 + i·step, t0 + (i+1)·step), evaluated at their end
@@ -113,8 +134,8 @@ class PrometheusMetrics:
     ``demand_query`` yields demand as one number (e.g. ``sum(rate(requests_total{…}[5m]))``
     or DCGM busy GPUs); ``freshness_query`` (e.g. ``min(timestamp(requests_total{…}))``)
     lets stale data count as missing after ``max_age``; ``history_query``
-    (default: ``demand_query``) is what :meth:`recent` pulls — give it a range
-    equal to the model step.
+    (default: ``demand_query``) is what :meth:`recent` pulls, every minute and
+    averaged into model steps (``average_from``), as the model was trained on.
     """
 
     def __init__(
@@ -151,8 +172,8 @@ class PrometheusMetrics:
         step = _step(step_seconds)
         # End on the last step boundary so the window holds window/step steps whatever now's phase.
         end = _dt(math.floor(_epoch(now) / step) * step)
-        return pull_history(self.source, self.history_query, end - window, end, step,
-                            min_history=None, combine=self.combine, name=self.name)
+        return pull_history(self.source, self.history_query, end - window, end, step, min_history=None,
+                            combine=self.combine, name=self.name, average_from=PULL_STEP_SECONDS)
 
 
 def _step(step: timedelta | int) -> int:

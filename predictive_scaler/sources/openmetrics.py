@@ -7,7 +7,7 @@ latter, so that tests, demos and `backtest --prometheus` rehearsals query
 history through exactly the PromQL a user would write
 (``sum(rate(requests_total{…}[5m]))``).
 
-Facts this relies on (measured, see DESIGN.md §4):
+Facts this relies on (measured against promtool and Prometheus):
 
 - timestamps are in seconds and must increase within a series, or promtool
   silently drops the sample; the file must end with ``# EOF``;

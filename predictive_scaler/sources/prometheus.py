@@ -24,11 +24,11 @@ Which call goes through what:
   ``errorType`` and a non-JSON body as such, which the client's
   ``custom_query`` hides (it returns ``data.result`` or raises on a status).
 
-Retries are one tenacity policy for both paths (``RetryPolicy``: bounded attempts,
+Retries are one tenacity policy for both paths (``PrometheusRetry``: bounded attempts,
 backoff 0.5·2^k s capped, at most 30 s in all on the injected clock), sleeping with
 the injected ``sleep``.
 
-Facts this relies on (measured on Prometheus 2.42, DESIGN.md §4):
+Facts this relies on (measured on Prometheus 2.42):
 
 - a range query returns at most 11,000 points per series, counted as
   ``(end - start) / step``; longer ranges are split into chunks, the next one
@@ -60,8 +60,10 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
+
+# DemandSample lives in the core; re-exported here for sources.history and callers.
+from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import SourceError
-from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
 
 log = logging.getLogger(__name__)
 
@@ -88,26 +90,6 @@ class PartialDataError(SourceError):
 
 class DuplicateSeriesError(SourceError):
     """A query meant to give one number returned several series."""
-
-
-@dataclass(frozen=True)
-class DemandSample(PlannerDemandSample):
-    """The planner's DemandSample, plus why it is missing. ``value`` is NaN when missing — never 0.
-
-    ``observed_at`` is when the oldest sample behind ``value`` was taken (the
-    query's evaluation time when no freshness query says otherwise); None when
-    nothing was observed. The planner reads NaN as missing data and holds.
-    """
-
-    missing_reason: str = ""
-
-    @property
-    def missing(self) -> bool:
-        return not math.isfinite(self.value)
-
-    @classmethod
-    def absent(cls, reason: str, observed_at: datetime | None = None) -> DemandSample:
-        return cls(value=math.nan, observed_at=observed_at, missing_reason=reason)
 
 
 @dataclass(frozen=True)
@@ -147,7 +129,7 @@ class QueryResult:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class PrometheusRetry:
     """Attempts for one HTTP call: ``retries`` more after the first, waiting backoff·2^k (capped).
 
     No retry starts once it would end more than ``max_elapsed_seconds`` after the first
@@ -204,7 +186,7 @@ class PrometheusSource:
         if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
             raise SourceError(f"max_points_per_series must be in 2..{MAX_POINTS_PER_SERIES}, "
                               f"got {self.max_points_per_series}")
-        self._retry = RetryPolicy(retries=self.retries, backoff_seconds=self.backoff_seconds,
+        self._retry = PrometheusRetry(retries=self.retries, backoff_seconds=self.backoff_seconds,
                                   max_elapsed_seconds=self.retry_budget_seconds)
         #: HTTP calls made (attempts included) — for tests and benchmarks.
         self.requests_made = 0

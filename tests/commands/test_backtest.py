@@ -132,7 +132,9 @@ def test_bad_scenario_is_a_clean_error(tmp_path: Path, trace_file: Path, capsys:
 # -- your own history: --prometheus URL --scaler FILE.yaml -------------------------------------------
 
 #: The standard history's request counters (tests/support/prometheus.py), at the model step.
-DEMAND_QUERY = 'sum(rate(requests_total{namespace="ml",job="inference"}[5m]))'
+# Pulled every minute and averaged per model step (sources/demand.py), a [1m] rate over the backfilled
+# one-minute samples makes each 5-minute step the mean of its own minutes — the truth's grid.
+DEMAND_QUERY = 'sum(rate(requests_total{namespace="ml",job="inference"}[1m]))'
 SCALER = """\
 apiVersion: predictive-scaler.io/v1alpha1
 kind: PredictiveScaler

@@ -227,9 +227,13 @@ def test_history_for_scaler_is_the_jobs_pull(prometheus: PrometheusServer, name:
     assert observed.span.total_seconds() / 86400 == pytest.approx(expect_days, abs=0.01)
     assert got.step_seconds == STEP and got.end == pd.Timestamp(end)
     if name == "chat":  # the backfilled rates come back, except the step of each counter reset
-        close = np.isclose(got.values[1:], shape(1)[1:], rtol=1e-6)
+        # Demand is evaluated every minute and averaged per step, as the controller serves it
+        # (sources/demand.py): the five evaluations of a [5m] rate inside a step cover this
+        # step for 3/5 of their windows and the previous one for 2/5.
+        steps = shape(1)
+        close = np.isclose(got.values[1:], 0.6 * steps[1:] + 0.4 * steps[:-1], rtol=1e-6)
         assert close.mean() > 0.995
-        assert np.flatnonzero(~close).size <= DAYS // 5 + 1
+        assert np.flatnonzero(~close).size <= 2 * (DAYS // 5 + 1)  # a reset's window spans two steps
 
 
 # -- crash and corruption against the same Prometheus ---------------------------------------------

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from pytest_httpserver import HTTPServer
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.service import ControllerService
@@ -25,8 +24,8 @@ from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource
 from tests.fakes import FakeMetrics
 from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.fixtures import START
 
-START = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 NS = "ml"
 TARGET = "llm"
 LABELS = {"app": TARGET}
@@ -59,17 +58,6 @@ def publish_model(store: ModelStore, name: str = TARGET, level: float = 40.0) ->
     history = synthetic_history(level=level)
     model = PersistenceForecaster().fit(history)
     return store.publish(name, model, series=name, window=TrainingWindow.of(history))
-
-
-@pytest.fixture
-def fake_api(httpserver: HTTPServer) -> Iterator[FakeApiServer]:
-    with FakeApiServer(httpserver) as server:
-        yield server
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
 
 
 @pytest.fixture

@@ -109,13 +109,18 @@ def test_model_port_forecasts_with_the_serving_version(store: ModelStore) -> Non
     assert f.quantiles == (0.5, 0.95) and f.horizon_steps == 6
 
 
-def test_a_new_serving_version_is_noticed_without_restart(store: ModelStore, clock: Any) -> None:
+def _port_then_a_new_version(store: ModelStore, clock: Any) -> tuple[StoreModelPort, str | None, str]:
+    """A model port that has loaded the serving version, and a newer version published an hour later."""
     p = model_port(store)
     p.refresh()
     first = p.version
     store.clock = clock
     clock.advance(3600)
-    second = publish_model(store, level=80.0)
+    return p, first, publish_model(store, level=80.0)
+
+
+def test_a_new_serving_version_is_noticed_without_restart(store: ModelStore, clock: Any) -> None:
+    p, first, second = _port_then_a_new_version(store, clock)
     p.refresh()
     assert p.version == second != first and p.loads == 2
     p.refresh()
@@ -123,12 +128,7 @@ def test_a_new_serving_version_is_noticed_without_restart(store: ModelStore, clo
 
 
 def test_a_refused_new_version_keeps_the_previous_one(store: ModelStore, clock: Any) -> None:
-    p = model_port(store)
-    p.refresh()
-    first = p.version
-    store.clock = clock
-    clock.advance(3600)
-    second = publish_model(store, level=80.0)
+    p, first, second = _port_then_a_new_version(store, clock)
     tamper(store, second)
     p.refresh()
     assert p.version == first

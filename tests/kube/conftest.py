@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
-from pytest_httpserver import HTTPServer
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.kube.client import KubeCluster, api_call_for
 from predictive_scaler.kube.retry import RetryPolicy
-
-from .fake_apiserver import FakeApiServer
-
-START = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def fake_api(httpserver: HTTPServer) -> Iterator[FakeApiServer]:
-    with FakeApiServer(httpserver) as server:
-        yield server
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
+from tests.kube.fake_apiserver import FakeApiServer
 
 
 @pytest.fixture

@@ -298,28 +298,14 @@ def test_faults_are_counted_and_recorded(fake_api):
     fake_api.outage(503, requests=3)
     assert [_call(fake_api, "GET", "/api/v1/nodes")[0] for _ in range(4)] == [503] * 3 + [200]
     fake_api.fail_every_nth_patch(2, 409)
-    patches = [
-        _call(
-            fake_api,
-            "PATCH",
-            f"{DEPLOYMENTS}/web",
-            {"spec": {"replicas": 2}},
-            "application/merge-patch+json",
-        )[0]
-        for _ in range(4)
-    ]
-    assert patches == [200, 409, 200, 409]
+
+    def patch() -> int:
+        body = {"spec": {"replicas": 2}}
+        return int(_call(fake_api, "PATCH", f"{DEPLOYMENTS}/web", body, "application/merge-patch+json")[0])
+
+    assert [patch() for _ in range(4)] == [200, 409, 200, 409]
     fake_api.clear_faults()
-    assert (
-        _call(
-            fake_api,
-            "PATCH",
-            f"{DEPLOYMENTS}/web",
-            {"spec": {"replicas": 2}},
-            "application/merge-patch+json",
-        )[0]
-        == 200
-    )
+    assert patch() == 200
     assert fake_api.calls()[0] == ("GET", f"{DEPLOYMENTS}/web")
 
 

@@ -300,11 +300,13 @@ def test_factory_serves_a_custom_history(prometheus_factory) -> None:
 
 
 def test_demand_samples_are_the_planners_type() -> None:
+    from predictive_scaler.core.values import DemandSample as CoreDemandSample
     from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
     from predictive_scaler.sources.prometheus import DemandSample
 
+    assert DemandSample is PlannerDemandSample is CoreDemandSample  # one definition, in the core
     missing = DemandSample.absent("no series")
-    assert isinstance(missing, PlannerDemandSample) and missing.missing and missing.observed_at is None
+    assert missing.missing and missing.observed_at is None and missing.missing_reason == "no series"
 
 
 EMPTY_BODY = {"status": "success", "data": {"resultType": "vector", "result": []}}

@@ -34,19 +34,18 @@ is the ``now`` argument.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -58,7 +57,6 @@ from predictive_scaler.capacity_estimate import (
     summarise_idle,
 )
 from predictive_scaler.errors import ConfigError, DataError, ModelError, ScalerError
-from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
@@ -69,22 +67,21 @@ from predictive_scaler.forecasting.evaluation import (
 from predictive_scaler.forecasting.metrics import all_metrics, naive_scale
 from predictive_scaler.forecasting.selection import PromotionDecision, promote, train_model
 from predictive_scaler.forecasting.store import (
-    DEFAULT_KEEP,
     ModelStore,
     TrainingWindow,
     write_atomic,
 )
 from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk_forward
 from predictive_scaler.policy import events as event_policy
-from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
+from predictive_scaler.retrain.history import HistoryPort
+from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
+from predictive_scaler.retrain.sharding import select_shard
+from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import ScalerSpec
 
 log = logging.getLogger(__name__)
 
 RETRAIN_DIR = "retrain"
-#: Environment of a Kubernetes Indexed Job pod (the index is set by Kubernetes; the count by our Job).
-SHARD_INDEX_ENV = "JOB_COMPLETION_INDEX"
-SHARD_COUNT_ENV = "JOB_COMPLETIONS"
 #: numpy's BLAS spawns a thread per core in every process; with several worker processes on a
 #: small machine they fight over the cores (a 5-minute ARIMA fit went from 0.5 s to 7 s here).
 SINGLE_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -94,255 +91,12 @@ Result = Literal["promoted", "kept", "skipped", "failed", "already-done"]
 DONE: frozenset[str] = frozenset({"promoted", "kept"})
 
 
-# -- settings and targets ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RetrainSettings:
-    """How the job trains and judges; defaults are the weekly CronJob's."""
-
-    #: History pulled per scaler (ending at ``now``); at most this much is fitted.
-    history: timedelta = timedelta(days=28)
-    #: Observed history required; less → skipped (the models need two weekly cycles).
-    min_history: timedelta = DEFAULT_MIN_HISTORY
-    #: Most recent data held out of the challenger's fit and used to compare it with the serving model.
-    holdout: timedelta = timedelta(days=2)
-    #: A comparison window shorter than this (serving model fitted too recently) keeps the serving model.
-    min_compare: timedelta = timedelta(hours=12)
-    #: More missing steps than this share of the observed history → skipped ("too many gaps").
-    max_missing_fraction: float = 0.2
-    #: Candidate model kinds.
-    kinds: tuple[str, ...] = registry.FORECASTER_KINDS
-    #: Rolling-origin scoring before the holdout: at most this much of the latest data.
-    evaluation_window: timedelta = timedelta(days=7)
-    #: Window over which idle allocated GPUs are summarised.
-    idle_window: timedelta = timedelta(days=7)
-    #: Versions kept per model in the store.
-    keep: int = DEFAULT_KEEP
-
-    def __post_init__(self) -> None:
-        if self.min_history < timedelta(days=1):
-            raise ConfigError("minimum history must be at least 1 day (14 days recommended)", field="min_history")
-        if self.history < self.min_history:
-            raise ConfigError(f"history {format_duration(self.history)} is shorter than the minimum "
-                              f"{format_duration(self.min_history)}; pull more", field="history")
-        if not timedelta(hours=1) <= self.holdout <= self.min_history / 2:
-            raise ConfigError(f"holdout {format_duration(self.holdout)} must be between 1h and half the "
-                              "minimum history", field="holdout")
-        if not timedelta(0) < self.min_compare <= self.holdout:
-            raise ConfigError("min_compare must be positive and no longer than the holdout", field="min_compare")
-        if not 0.0 <= self.max_missing_fraction < 1.0:
-            raise ConfigError(f"max_missing_fraction {self.max_missing_fraction} must be in [0, 1)",
-                              field="max_missing_fraction")
-        if not self.kinds:
-            raise ConfigError("no candidate models; give e.g. arima,persistence", field="kinds")
-        for kind in self.kinds:
-            if kind not in registry.FORECASTER_KINDS:
-                raise ConfigError(f"unknown model {kind!r}; choose from {', '.join(registry.FORECASTER_KINDS)}",
-                                  field="kinds")
-        if self.keep < 1:
-            raise ConfigError("keep at least 1 version", field="keep")
-
-
-@dataclass(frozen=True)
-class ScalerTarget:
-    """One PredictiveScaler to retrain. ``spec`` is None when the manifest's spec is invalid (``problem``)."""
-
-    namespace: str
-    name: str
-    spec: ScalerSpec | None
-    problem: str | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def model_name(self) -> str:
-        """Model name in the store — the controller reads the same (``spec.model.name`` or the scaler's name)."""
-        return (self.spec.model.name if self.spec is not None else None) or self.name
-
-
-def scaler_from_manifest(doc: Mapping[str, Any], *, default_namespace: str = "default") -> ScalerTarget:
-    """A PredictiveScaler object (from a YAML file or the API) → target; an invalid spec is kept with its reason."""
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"a PredictiveScaler must be a mapping, got {type(doc).__name__}", field="manifest")
-    meta = doc.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str) or not name:
-        raise ConfigError("a PredictiveScaler has no metadata.name; add one", field="metadata.name")
-    namespace = meta.get("namespace") or default_namespace
-    try:
-        spec = ScalerSpec.from_dict(doc.get("spec") or {})
-    except ConfigError as exc:
-        return ScalerTarget(str(namespace), name, None, problem=f"invalid spec: {exc}")
-    return ScalerTarget(str(namespace), name, spec)
-
-
-def load_scalers_file(path: str | Path, *, default_namespace: str = "default") -> list[ScalerTarget]:
-    """PredictiveScaler manifests from a YAML file (several documents, or a ``kind: List``)."""
-    import yaml
-
-    p = Path(path)
-    from predictive_scaler.yaml_input import check_size
-
-    try:
-        docs = check_size(list(yaml.safe_load_all(p.read_text(encoding="utf-8"))), str(p), field="config")
-    except RecursionError as exc:
-        raise ConfigError(f"scalers file {p} is nested too deeply to read; check that it holds PredictiveScaler "
-                          "manifests", field="config") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read scalers file {p}: {exc.strerror}", field="config") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"scalers file {p} is not UTF-8 text (byte {exc.start}); give a YAML file of "
-                          "PredictiveScaler manifests", field="config") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p} is not valid YAML ({exc}); fix the file", field="config") from exc
-    items: list[Any] = []
-    for doc in docs:
-        if doc is None:
-            continue
-        if isinstance(doc, Mapping) and isinstance(doc.get("items"), list):
-            items.extend(doc["items"])
-        else:
-            items.append(doc)
-    targets = [scaler_from_manifest(d, default_namespace=default_namespace) for d in items
-               if isinstance(d, Mapping) and d.get("kind", "PredictiveScaler") == "PredictiveScaler"]
-    if not targets:
-        raise ConfigError(f"{p} holds no PredictiveScaler manifests (kind: PredictiveScaler)", field="config")
-    keys = [t.key for t in targets]
-    dupes = sorted({k for k in keys if keys.count(k) > 1})
-    if dupes:
-        raise ConfigError(f"{p} lists {dupes[0]} more than once; keep one", field="config")
-    return targets
-
-
-def shard_of(key: str, count: int) -> int:
-    """Stable shard of ``namespace/name`` (same in every pod and Python run, unlike ``hash``)."""
-    if count < 1:
-        raise ConfigError(f"shard count must be at least 1, got {count}", field="shard_count")
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % count
-
-
-def select_shard(targets: Iterable[ScalerTarget], index: int, count: int) -> list[ScalerTarget]:
-    if not 0 <= index < count:
-        raise ConfigError(f"shard index {index} is outside 0..{count - 1}", field="shard_index")
-    return [t for t in targets if shard_of(t.key, count) == index]
-
-
-def shard_from_environment(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """(index, count) of an Indexed Job pod; (0, 1) outside one."""
-    env = os.environ if environ is None else environ
-    try:
-        index = int(env.get(SHARD_INDEX_ENV, "0"))
-        count = int(env.get(SHARD_COUNT_ENV, "1"))
-    except ValueError as exc:
-        raise ConfigError(f"{SHARD_INDEX_ENV}/{SHARD_COUNT_ENV} must be whole numbers ({exc})",
-                          field="shard_index") from exc
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"shard {index} of {count} is invalid; set {SHARD_COUNT_ENV} to the Job's completions",
-                          field="shard_index")
-    return index, count
-
 
 def default_run_id(now: datetime) -> str:
     """The ISO week of ``now`` (``2026-W48``): one run per week, re-runs in the same week resume it."""
     year, week, _ = now.astimezone(UTC).isocalendar()
     return f"{year}-W{week:02d}"
 
-
-# -- history -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GpuUsage:
-    """DCGM history of a target's GPUs on the model grid (each None when nothing reported)."""
-
-    busy_gpus: Series | None = None
-    mean_utilisation: Series | None = None
-    idle_gpus: Series | None = None
-    allocated_gpus: Series | None = None
-
-
-class HistoryPort(Protocol):
-    """Where the job's history comes from (Prometheus in production, fakes in tests)."""
-
-    def demand(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int,
-               *, min_history: timedelta | None, max_missing_fraction: float | None) -> Series:
-        """Demand over [start, end] (InsufficientHistoryError / DataError / SourceError when unusable)."""
-        ...
-
-    def gpu_usage(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int) -> GpuUsage:
-        ...
-
-
-def demand_query(spec: ScalerSpec, namespace: str) -> str:
-    """The PromQL whose history the model learns: the spec's query, or DCGM busy GPUs of the target's pods."""
-    if spec.demand.query:
-        return spec.demand.query
-    from predictive_scaler.sources import dcgm
-
-    return dcgm.busy_gpus(namespace, spec.target.name)
-
-
-@dataclass
-class PrometheusHistory:
-    """:class:`HistoryPort` over a :class:`~predictive_scaler.sources.prometheus.PrometheusSource`.
-
-    Picklable (the source's HTTP session is), so worker processes get their own copy.
-    """
-
-    source: Any  # PrometheusSource; Any keeps this module free of the requests import at type level
-
-    def demand(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int,
-               *, min_history: timedelta | None, max_missing_fraction: float | None) -> Series:
-        from predictive_scaler.sources.history import pull_history
-
-        assert target.spec is not None
-        return pull_history(self.source, demand_query(target.spec, target.namespace), start, end, step_seconds,
-                            min_history=min_history, max_missing_fraction=max_missing_fraction,
-                            name=target.model_name)
-
-    def gpu_usage(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int) -> GpuUsage:
-        from predictive_scaler.sources import dcgm
-        from predictive_scaler.sources.history import pull_history
-
-        assert target.spec is not None
-        ns, workload = target.namespace, target.spec.target.name
-        queries = {
-            "busy_gpus": dcgm.busy_gpus(ns, workload),
-            # Saturation is judged on the busiest GPU: one idle GPU must not hide a saturated one.
-            "mean_utilisation": target.spec.demand.utilization_query
-            or f"max({dcgm.GPU_UTIL}{dcgm.pod_selector(ns, workload)})",
-            "idle_gpus": dcgm.idle_allocated_gpus(ns, workload),
-            "allocated_gpus": dcgm.allocated_gpus(ns, workload),
-        }
-        out: dict[str, Series | None] = {}
-        for key, query in queries.items():
-            series = pull_history(self.source, query, start, end, step_seconds, min_history=None, name=key)
-            out[key] = series if np.isfinite(series.values).any() else None
-        return GpuUsage(**out)
-
-
-def history_for_scaler(
-    source: Any,
-    spec: ScalerSpec,
-    end: datetime,
-    days: float | timedelta,
-    *,
-    namespace: str = "default",
-    step_seconds: int | None = None,
-    min_history: timedelta | None = DEFAULT_MIN_HISTORY,
-    max_missing_fraction: float | None = None,
-) -> Series:
-    """The demand history a scaler's model would learn from: ``days`` ending at ``end``, at the model step.
-
-    The same pull the retraining job does — for ``backtest --prometheus URL --scaler FILE.yaml``.
-    ``source`` is a :class:`~predictive_scaler.sources.prometheus.PrometheusSource`.
-    """
-    span = days if isinstance(days, timedelta) else timedelta(days=float(days))
-    step = step_seconds or spec.model.step_seconds
-    target = ScalerTarget(namespace, spec.target.name, spec)
-    return PrometheusHistory(source).demand(target, end - span, end, step, min_history=min_history,
-                                            max_missing_fraction=max_missing_fraction)
 
 
 # -- outcome and the run record ------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""The architecture contract (.importlinter) holds, and a forbidden import breaks it.
+
+`make lint` runs `lint-imports` on the tree; here it runs on a temporary copy of
+the package with one import injected, to show each contract can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _copy(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "predictive_scaler", tmp_path / "predictive_scaler",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    return tmp_path
+
+
+def _lint(where: Path) -> subprocess.CompletedProcess[str]:
+    assert LINT_IMPORTS.exists(), f"{LINT_IMPORTS} missing: run `make install` (import-linter is a test extra)"
+    # The copy comes first on the path, ahead of the editable install of the real tree.
+    env = {**os.environ, "PYTHONPATH": str(where)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=where, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
+    done = _lint(_copy(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "broken"), [
+    pytest.param("policy/capacity.py", "import kubernetes", "Only kube/ imports kubernetes", id="kubernetes-in-policy"),
+    pytest.param("kube/retry.py", "import kopf", "Only controller/ imports kopf", id="kopf-in-kube"),
+    pytest.param("backtest/measures.py", "import prometheus_api_client", "Only sources/ talks to Prometheus",
+                 id="prometheus-client-in-backtest"),
+    pytest.param("forecasting/metrics.py", "import requests", "do no I/O", id="requests-in-forecasting"),
+    pytest.param("policy/budget.py", "import predictive_scaler.sources.prometheus", "do no I/O",
+                 id="policy-reaches-a-source"),
+    pytest.param("series.py", "import predictive_scaler.forecasting.base", "Parts are layered",
+                 id="core-imports-forecasting"),
+    pytest.param("sources/dcgm.py", "import predictive_scaler.policy.planner", "Parts are layered",
+                 id="sibling-parts-import-each-other"),
+    pytest.param("kube/retry.py", "import predictive_scaler.controller.run", "Parts are layered",
+                 id="kube-imports-the-controller"),
+    pytest.param("backtest/simulator.py", "import predictive_scaler.backtest.runner",
+                 "No import cycles between the backtest", id="new-backtest-cycle"),
+])
+def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, broken: str) -> None:
+    where = _copy(tmp_path)
+    path = where / "predictive_scaler" / module
+    path.write_text(path.read_text() + f"\n{line}  # injected by the test\n")
+    done = _lint(where)
+    assert done.returncode != 0, f"lint-imports passed with {line!r} in {module}:\n{done.stdout}"
+    assert "Broken contracts" in done.stdout, done.stdout
+    assert broken in done.stdout.split("Broken contracts", 1)[1], done.stdout
