@@ -1,0 +1,27 @@
+"""The Helm chart's default install, sent to the real 1.20 API server (server-side dry run).
+
+The chart and the kustomize overlay render the same objects (tests/deploy/test_helm_chart.py);
+here the API server itself — its schemas, defaulting and admission plugins, RBAC escalation
+checks on the ClusterRoles — judges what `helm install` would send. A dry run, because the
+kustomize install of the same objects is what the other end-to-end tests run on: the cluster
+has one CRD, one set of ClusterRoles and one controller, as in a real cluster.
+"""
+
+from __future__ import annotations
+
+import yaml
+from support.kubeapi import KubeApiServer, served
+
+from tests.deploy.test_helm_chart import helm_render
+
+
+def test_the_helm_install_is_admitted_by_the_real_api_server(kube_api: KubeApiServer) -> None:
+    keep, left = served(helm_render())
+    assert [o["kind"] for o in left] == ["CronJob"]  # batch/v1 CronJob is 1.21+, as for kustomize
+    done = kube_api.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(keep))
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert len(lines) == len(keep), done.stdout
+    assert all(line.endswith("(server dry run)") for line in lines), done.stdout
+    kinds = {o["kind"] for o in keep}
+    assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+            "NetworkPolicy", "ConfigMap", "Service", "ServiceAccount", "PersistentVolumeClaim"} <= kinds
