@@ -93,6 +93,19 @@ def train_model(
         failures = "; ".join(m.error or f"{k}: no score" for k, m in report.models.items())
         raise ModelError(f"{series.name}: no model could be evaluated ({failures})")
     kind = report.selected
+    model, fit_seconds = fit_calibrated(kind, grid, cfg, horizon)
+    metrics = report.to_dict()
+    metrics["calibration_window"] = format_duration(cfg.calibration_days)
+    metrics["step_seconds"] = grid.step_seconds
+    return TrainingResult(model=model, kind=kind, metrics=metrics, fit_seconds=fit_seconds)
+
+
+def fit_calibrated(
+    kind: str, grid: Series, cfg: EvaluationSettings, horizon: timedelta = timedelta(minutes=30)
+) -> tuple[CalibratedModel, float]:
+    """What :func:`train_model` serves once ``kind`` is chosen: fitted on ``grid`` (already on the
+    model grid) up to its last ``calibration_window``, calibrated on that window; and the fit's
+    wall seconds."""
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     train = int(cfg.train_window.total_seconds() // grid.step_seconds)
     fit_end = len(grid) - cal
@@ -106,14 +119,27 @@ def train_model(
         base,
         grid.slice(lo, len(grid)),
         fit_end - 1 - lo,
-        quantiles=tuple(sorted({*CALIBRATED_QUANTILES, quantile})),
+        quantiles=tuple(sorted({*CALIBRATED_QUANTILES, cfg.quantile})),
         horizon_steps=max(wanted, max_horizon_steps(grid.step_seconds)),
         adaptive=cfg.adaptive_calibration,
     )
-    metrics = report.to_dict()
-    metrics["calibration_window"] = format_duration(cfg.calibration_days)
-    metrics["step_seconds"] = grid.step_seconds
-    return TrainingResult(model=model, kind=kind, metrics=metrics, fit_seconds=fit_seconds)
+    return model, fit_seconds
+
+
+#: The latest data a training run scores its candidates on (the rest trains them), as the
+#: backtest's and the retraining job's trainers do.
+SCORED_WINDOW = timedelta(days=7)
+#: ... but at least this much history comes before the scored window.
+MIN_TRAINING_HISTORY = timedelta(days=4)
+
+
+def settings_for_history(
+    span: timedelta, quantile: float = 0.95, horizons: Sequence[timedelta] = DEFAULT_HORIZONS
+) -> EvaluationSettings:
+    """The settings a training run on ``span`` of history uses: candidates scored on the last
+    :data:`SCORED_WINDOW` (earlier data trains and calibrates them)."""
+    return EvaluationSettings(quantile=quantile, horizons=tuple(horizons),
+                              min_history=max(MIN_TRAINING_HISTORY, span - SCORED_WINDOW))
 
 
 @dataclass(frozen=True)
