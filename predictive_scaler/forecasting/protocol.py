@@ -7,11 +7,11 @@ grid (5 minutes, coarser traces at their own step):
   initial history; then every ``refit_every`` (a week) is one refit;
 * at a refit at step s, everything may use the ``history_window`` (28 days)
   before s, nothing after it. The project does exactly what ``train`` does on
-  that history (:func:`selection.settings_for_history`: candidates scored on its
-  last week, :func:`evaluation.select`, the winner fitted and conformally
-  calibrated by :func:`selection.fit_calibrated`): that is the *served* model.
-  Every candidate kind is also fitted and calibrated the same way, so the best
-  candidate in hindsight is known (selection regret). Each peer is fitted on the
+  that history (:func:`selection.train_candidates` with
+  :func:`selection.settings_for_history`: every candidate fitted before the
+  calibration window and calibrated on it, scored cross-fitted on it, the best
+  served): that is the *served* model. Every candidate is scored too, so the
+  best candidate in hindsight is known (selection regret). Each peer is fitted on the
   same fit window and calibrated on the same calibration window;
 * from s to the next refit, every side forecasts from the same origins (every
   ``origin_every``, 30 minutes), each forecast reading observations up to its
@@ -37,12 +37,11 @@ from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
     Progress,
-    evaluate,
     horizon_steps,
     model_series,
 )
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
-from predictive_scaler.forecasting.selection import fit_calibrated, settings_for_history
+from predictive_scaler.forecasting.selection import settings_for_history, train_candidates
 from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk_forward
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
 
@@ -270,23 +269,24 @@ def run_protocol(
         actual = _actuals(grid.values[:end], origins, h_max)
         blocks += 1
         forecasts: dict[str, np.ndarray] = {}
+        trained = train_candidates(history, kinds, inner, horizon)
         for kind in kinds:
             c = cands[kind]
+            if kind not in trained.models:
+                c.error = trained.scores[kind].error
+                continue
+            model = trained.models[kind]
             try:
-                model, fit_s = fit_calibrated(kind, history, inner, horizon)
                 lo = max(0, s - 1 - int(getattr(model, "window_steps", DEFAULT_WINDOW_STEPS)))
                 fc = walk_forward(model, grid.slice(lo, end), origins - lo, h_max, qs)
             except (ScalerError, ValueError, np.linalg.LinAlgError) as exc:
                 c.error = f"{kind}: {exc}"
                 continue
-            c.fits.append(fit_s)
+            c.fits.append(trained.fit_seconds[kind])
             c.forecasts.extend(_time_forecasts(model, grid, origins, h_max, qs))
             c.add(actual, fc[:, 0, :], fc[:, k_q, :])
             forecasts[kind] = fc
-        try:
-            choice = evaluate(history, kinds, inner, step_seconds=step).selected
-        except ScalerError:
-            choice = None
+        choice = trained.selected
         if choice is not None and choice in forecasts:
             choices.append(choice)
             fc = forecasts[choice]

@@ -1,10 +1,14 @@
 """Choosing, training and promoting a model for one series.
 
-:func:`train_model` is what the ``train`` command and the retraining job call:
-evaluate the candidate kinds walk-forward (:mod:`evaluation`), pick the best
-by pinball loss at the target quantile with coverage as a guard, then fit the
-winner on all but the last ``calibration_window`` of history and calibrate it
-on that window, so the served model's calibration is out of sample and recent.
+:func:`train_model` is what the ``train`` command, the retraining job and the
+backtest call: every candidate kind is fitted on all but the last
+``calibration_window`` of history and calibrated on that window (so the served
+model's calibration is out of sample and recent); each is scored cross-fitted
+on that window (calibrated on one half, scored on the other, and back) and the
+lowest pinball loss at the target quantile serves. Selecting on the models that
+will serve, fitted on all the history there is, rather than on refits of a
+shorter history, cut the selection regret of the forecast protocol
+(docs/forecast-protocol.md) from up to 4.8× to ≤ 1.06 on the 14-day traces.
 
 :func:`promote` is the rule the retraining job and the backtest use before a
 new model replaces the serving one: it must not be worse on a window neither
@@ -19,8 +23,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from predictive_scaler.errors import ModelError
+import numpy as np
+
+from predictive_scaler.errors import ModelError, ScalerError
 from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.calibration import (
     CALIBRATED_QUANTILES,
     CalibratedModel,
@@ -31,6 +38,7 @@ from predictive_scaler.forecasting.evaluation import (
     DEFAULT_MODEL_STEP,
     EvaluationReport,
     EvaluationSettings,
+    ModelEvaluation,
     Progress,
     evaluate,
     horizon_steps,
@@ -38,7 +46,12 @@ from predictive_scaler.forecasting.evaluation import (
     planned_fits,
     select,
 )
-from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, max_horizon_steps
+from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
+from predictive_scaler.forecasting.walkforward import (
+    DEFAULT_WINDOW_STEPS,
+    max_horizon_steps,
+    walk_forward,
+)
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
 
 __all__ = [
@@ -83,21 +96,121 @@ def train_model(
     settings: EvaluationSettings | None = None,
     progress: Progress | None = None,
 ) -> TrainingResult:
-    """Evaluate ``kinds`` on ``series``, then fit and calibrate the selected one on recent history."""
+    """Fit and calibrate every kind on ``series``, score them cross-fitted, serve the best.
+
+    See :func:`train_candidates`; ``metrics`` has the `evaluate --json` shape, its scores
+    from the calibration window.
+    """
     horizons = tuple(sorted({*(h for h in DEFAULT_HORIZONS if h <= horizon), horizon}))
     cfg = settings or EvaluationSettings(quantile=quantile, horizons=horizons, min_history=min_history)
     cfg = replace(cfg, quantile=quantile)
     grid = model_series(series, step_seconds)
-    report = evaluate(grid, kinds, cfg, step_seconds=step_seconds, progress=progress)
-    if report.selected is None:
-        failures = "; ".join(m.error or f"{k}: no score" for k, m in report.models.items())
+    trained = train_candidates(grid, kinds, cfg, horizon, progress=progress)
+    if trained.selected is None:
+        failures = "; ".join(m.error or f"{k}: no score" for k, m in trained.scores.items())
         raise ModelError(f"{series.name}: no model could be evaluated ({failures})")
-    kind = report.selected
-    model, fit_seconds = fit_calibrated(kind, grid, cfg, horizon)
-    metrics = report.to_dict()
-    metrics["calibration_window"] = format_duration(cfg.calibration_days)
-    metrics["step_seconds"] = grid.step_seconds
-    return TrainingResult(model=model, kind=kind, metrics=metrics, fit_seconds=fit_seconds)
+    kind = trained.selected
+    metrics = {
+        "quantile": cfg.quantile,
+        "selected": kind,
+        "models": {k: m.to_dict() for k, m in trained.scores.items()},
+        "calibration_window": format_duration(cfg.calibration_days),
+        "step_seconds": grid.step_seconds,
+        "selection": SELECTION_METHOD,
+    }
+    return TrainingResult(model=trained.models[kind], kind=kind, metrics=metrics,
+                          fit_seconds=trained.fit_seconds[kind])
+
+
+SELECTION_METHOD = (
+    "every candidate fitted before the calibration window; scored cross-fitted on it (calibrated "
+    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins"
+)
+
+
+@dataclass(frozen=True)
+class TrainedCandidates:
+    """Every candidate as :func:`train_model` builds it, its cross-fitted scores and the choice."""
+
+    models: Mapping[str, CalibratedModel]
+    scores: Mapping[str, ModelEvaluation]
+    fit_seconds: Mapping[str, float]
+    selected: str | None
+
+
+def train_candidates(
+    grid: Series, kinds: Sequence[str], cfg: EvaluationSettings,
+    horizon: timedelta = timedelta(minutes=30), *, progress: Progress | None = None,
+) -> TrainedCandidates:
+    """Fit every kind on ``grid`` (on the model grid) up to its last calibration window C and
+    calibrate it on C (:func:`fit_calibrated`: what is served). Each is also scored on C,
+    cross-fitted: the same fitted model calibrated on one half of C and scored on the other,
+    then the other way round — out of sample for both fit and calibration, and the models
+    scored are the ones that would serve (not refits on shorter history). The winner has the
+    lowest mean pinball loss at the target quantile over the horizons: the tracked
+    calibration holds coverage, and pinball loss already charges a P95 that misses.
+    """
+    models: dict[str, CalibratedModel] = {}
+    scores: dict[str, ModelEvaluation] = {}
+    fits: dict[str, float] = {}
+    cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
+    empty = {format_duration(h): dict.fromkeys(METRIC_NAMES) for h in cfg.horizons}
+    for kind in kinds:
+        try:
+            model, fit_s = fit_calibrated(kind, grid, cfg, horizon)
+            horizons = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate)
+        except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
+            scores[kind] = ModelEvaluation(kind, empty, None, error=f"{kind}: {exc}")
+        else:
+            models[kind], fits[kind] = model, fit_s
+            scores[kind] = ModelEvaluation(kind, horizons, fit_s, origins=cal)
+        if progress is not None:
+            progress.update(1)
+    pins = {}
+    for kind, m in scores.items():
+        rows = [h["pinball"] for h in m.horizons.values() if h.get("pinball") is not None]
+        if kind in models and rows:
+            pins[kind] = float(np.mean([float(v) for v in rows]))  # type: ignore[arg-type]
+    selected = min(pins, key=lambda k: pins[k]) if pins else None
+    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
+
+
+def crossfit_scores(
+    base: FittedModel, grid: Series, cal: int, cfg: EvaluationSettings, rate: float | None = None
+) -> dict[str, dict[str, float | None]]:
+    """Metrics per horizon of ``base`` calibrated on one half of the last ``cal`` steps of
+    ``grid`` and forecasting the other half (both ways, pooled)."""
+    n = len(grid)
+    labels = {format_duration(h): horizon_steps(h, grid.step_seconds) for h in cfg.horizons}
+    defined = sorted({h for h in labels.values() if h is not None})
+    h_max = max(defined) if defined else 1
+    qs = tuple(sorted({*CALIBRATED_QUANTILES, cfg.quantile}))
+    window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
+    mid = n - cal // 2
+    rows: dict[int, list[np.ndarray]] = {h: [] for h in defined}
+    for a0, a1, b0, b1 in ((n - cal, mid, mid, n), (mid, n, n - cal, mid)):
+        lo = max(0, a0 - 1 - window)
+        model = calibrate(base, grid.slice(lo, a1), a0 - 1 - lo, quantiles=qs,
+                          horizon_steps=max(h_max, max_horizon_steps(grid.step_seconds)),
+                          adaptive=cfg.adaptive_calibration, tracking_rate=rate)
+        lo = max(0, b0 - 1 - model.window_steps)
+        part = grid.slice(lo, b1)
+        origins = np.arange(b0 - 1, b1 - 1) - lo
+        fc = walk_forward(model, part, origins, h_max, cfg.quantiles)
+        k = cfg.quantiles.index(cfg.quantile)
+        for h in defined:
+            target = origins + h
+            actual = np.where(target < len(part), part.values[np.minimum(target, len(part) - 1)], np.nan)
+            rows[h].append(np.column_stack([actual, fc[:, 0, h - 1], fc[:, k, h - 1]]))
+    scale = naive_scale(grid.values[: n - cal])
+    out: dict[str, dict[str, float | None]] = {}
+    for label, steps in labels.items():
+        if steps is None:
+            out[label] = dict.fromkeys(METRIC_NAMES)
+            continue
+        r = np.concatenate(rows[steps])
+        out[label] = all_metrics(r[:, 0], r[:, 1], r[:, 2], cfg.quantile, scale)
+    return out
 
 
 def fit_calibrated(

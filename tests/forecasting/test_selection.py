@@ -56,7 +56,7 @@ def test_report_has_every_model_horizon_and_metric(report):
     for name in FAST:
         assert set(doc["models"][name]["horizons"]) == {"10m", "20m", "30m"}
         row = doc["models"][name]["horizons"]["30m"]
-        assert set(row) == {"mae", "wape", "mape", "mase", "pinball", "coverage"}
+        assert set(row) == {"mae", "wape", "mape", "mase", "pinball", "normalised_pinball", "coverage"}
         assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
         assert 0.85 < row["coverage"] < 1.0
 
