@@ -33,6 +33,7 @@ import numpy as np
 from predictive_scaler.errors import InsufficientHistoryError, ScalerError
 from predictive_scaler.forecasting import peers as peer_module
 from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting.combination import combine_quantiles
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
@@ -41,7 +42,11 @@ from predictive_scaler.forecasting.evaluation import (
     model_series,
 )
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
-from predictive_scaler.forecasting.selection import settings_for_history, train_candidates
+from predictive_scaler.forecasting.selection import (
+    COMBINATION,
+    settings_for_history,
+    train_candidates,
+)
 from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk_forward
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
 
@@ -287,7 +292,14 @@ def run_protocol(
             c.add(actual, fc[:, 0, :], fc[:, k_q, :])
             forecasts[kind] = fc
         choice = trained.selected
-        if choice is not None and choice in forecasts:
+        if trained.combination is not None and all(k in forecasts for k in trained.combination[0]):
+            members, weights = trained.combination
+            fc = combine_quantiles(np.stack([forecasts[k] for k in members]), np.asarray(weights))
+            choices.append("+".join(f"{k}×{w:.1f}" for k, w in zip(members, weights, strict=True)))
+            served.add(actual, fc[:, 0, :], fc[:, k_q, :])
+            served.fits.append(trained.fit_seconds[COMBINATION])
+            served.forecasts.extend(_time_forecasts(trained.models[COMBINATION], grid, origins, h_max, qs))
+        elif choice is not None and choice in forecasts:
             choices.append(choice)
             fc = forecasts[choice]
             served.add(actual, fc[:, 0, :], fc[:, k_q, :])

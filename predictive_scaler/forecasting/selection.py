@@ -33,6 +33,12 @@ from predictive_scaler.forecasting.calibration import (
     CalibratedModel,
     calibrate,
 )
+from predictive_scaler.forecasting.combination import (
+    MAX_MEMBERS,
+    CombinationModel,
+    choose_combination,
+    combine_quantiles,
+)
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
@@ -76,7 +82,7 @@ COVERAGE_SLACK = 0.01
 
 @dataclass(frozen=True)
 class TrainingResult:
-    model: CalibratedModel
+    model: FittedModel
     kind: str
     #: The evaluation document (`evaluate --json` shape) the choice was made on, plus the
     #: calibration window of the served model.
@@ -132,10 +138,12 @@ SELECTION_METHOD = (
 class TrainedCandidates:
     """Every candidate as :func:`train_model` builds it, its cross-fitted scores and the choice."""
 
-    models: Mapping[str, CalibratedModel]
+    models: Mapping[str, FittedModel]
     scores: Mapping[str, ModelEvaluation]
     fit_seconds: Mapping[str, float]
     selected: str | None
+    #: When the selected model is a combination: its members (kinds) and weights.
+    combination: tuple[tuple[str, ...], tuple[float, ...]] | None = None
 
 
 def train_candidates(
@@ -150,15 +158,16 @@ def train_candidates(
     lowest mean pinball loss at the target quantile over the horizons: the tracked
     calibration holds coverage, and pinball loss already charges a P95 that misses.
     """
-    models: dict[str, CalibratedModel] = {}
+    models: dict[str, FittedModel] = {}
     scores: dict[str, ModelEvaluation] = {}
     fits: dict[str, float] = {}
+    rows: dict[str, dict[int, np.ndarray]] = {}
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     empty = {format_duration(h): dict.fromkeys(METRIC_NAMES) for h in cfg.horizons}
     for kind in kinds:
         try:
             model, fit_s = fit_calibrated(kind, grid, cfg, horizon)
-            horizons = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate)
+            horizons, rows[kind] = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate)
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
             scores[kind] = ModelEvaluation(kind, empty, None, error=f"{kind}: {exc}")
         else:
@@ -168,18 +177,62 @@ def train_candidates(
             progress.update(1)
     pins = {}
     for kind, m in scores.items():
-        rows = [h["pinball"] for h in m.horizons.values() if h.get("pinball") is not None]
-        if kind in models and rows:
-            pins[kind] = float(np.mean([float(v) for v in rows]))  # type: ignore[arg-type]
+        pinballs = [h["pinball"] for h in m.horizons.values() if h.get("pinball") is not None]
+        if kind in models and pinballs:
+            pins[kind] = float(np.mean([float(v) for v in pinballs]))  # type: ignore[arg-type]
     selected = min(pins, key=lambda k: pins[k]) if pins else None
+    combo = _combination(sorted(pins, key=lambda k: pins[k])[:MAX_MEMBERS], rows, models, cfg)
+    if combo is not None:
+        members, weights, combined, horizons = combo
+        models[COMBINATION] = combined
+        scores[COMBINATION] = ModelEvaluation(COMBINATION, horizons, None, origins=cal)
+        fits[COMBINATION] = sum(fits[k] for k in members)
+        return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=COMBINATION,
+                                 combination=(members, weights))
     return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
+
+
+COMBINATION = CombinationModel.kind
+
+
+def _combination(
+    ranked: Sequence[str], rows: Mapping[str, Mapping[int, np.ndarray]], models: Mapping[str, FittedModel],
+    cfg: EvaluationSettings,
+) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]]] | None:
+    """The weighted combination of the best ``ranked`` candidates that beats each of them on the
+    cross-fitted forecasts, or None when one candidate alone is best there."""
+    if len(ranked) < 2:
+        return None
+    steps = sorted(rows[ranked[0]])
+    if not steps:
+        return None
+    actual = np.column_stack([rows[ranked[0]][h][:, 0] for h in steps])
+    uppers = np.stack([np.column_stack([rows[k][h][:, 2] for h in steps]) for k in ranked])
+    w = choose_combination(actual, uppers, cfg.quantile)
+    if w.max() > 1.0 - 1e-9:
+        return None
+    keep = [i for i in range(len(ranked)) if w[i] > 0]
+    members = tuple(ranked[i] for i in keep)
+    weights = tuple(float(w[i]) for i in keep)
+    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights)
+    out: dict[str, dict[str, float | None]] = {}
+    labels = {format_duration(h): horizon_steps(h, models[members[0]].step_seconds) for h in cfg.horizons}
+    for label, h in labels.items():
+        if h is None or h not in rows[members[0]]:
+            out[label] = dict.fromkeys(METRIC_NAMES)
+            continue
+        each = np.stack([rows[k][h] for k in members])  # (m, n, 3)
+        combined = combine_quantiles(each[:, :, 1:], np.asarray(weights))
+        out[label] = all_metrics(each[0, :, 0], combined[:, 0], combined[:, 1], cfg.quantile, None)
+    return members, weights, model, out
 
 
 def crossfit_scores(
     base: FittedModel, grid: Series, cal: int, cfg: EvaluationSettings, rate: float | None = None
-) -> dict[str, dict[str, float | None]]:
+) -> tuple[dict[str, dict[str, float | None]], dict[int, np.ndarray]]:
     """Metrics per horizon of ``base`` calibrated on one half of the last ``cal`` steps of
-    ``grid`` and forecasting the other half (both ways, pooled)."""
+    ``grid`` and forecasting the other half (both ways, pooled); and the pooled rows
+    (actual, P50, quantile) per horizon step."""
     n = len(grid)
     labels = {format_duration(h): horizon_steps(h, grid.step_seconds) for h in cfg.horizons}
     defined = sorted({h for h in labels.values() if h is not None})
@@ -203,14 +256,15 @@ def crossfit_scores(
             actual = np.where(target < len(part), part.values[np.minimum(target, len(part) - 1)], np.nan)
             rows[h].append(np.column_stack([actual, fc[:, 0, h - 1], fc[:, k, h - 1]]))
     scale = naive_scale(grid.values[: n - cal])
+    pooled = {h: np.concatenate(r) for h, r in rows.items()}
     out: dict[str, dict[str, float | None]] = {}
     for label, steps in labels.items():
         if steps is None:
             out[label] = dict.fromkeys(METRIC_NAMES)
             continue
-        r = np.concatenate(rows[steps])
+        r = pooled[steps]
         out[label] = all_metrics(r[:, 0], r[:, 1], r[:, 2], cfg.quantile, scale)
-    return out
+    return out, pooled
 
 
 def fit_calibrated(
