@@ -59,6 +59,15 @@ TRACKING_CHOICE_SECONDS = 6 * 86400
 DEFAULT_TRACKING_RATE = 0.15
 
 
+def _fwd(values: np.ndarray, log_offset: float, additive: bool) -> np.ndarray:
+    """The scale shifts live on: log(x + c), or demand units for additive calibration."""
+    return np.asarray(values, dtype=float) if additive else to_log(values, log_offset)
+
+
+def _inv(values: np.ndarray, log_offset: float, additive: bool) -> np.ndarray:
+    return np.maximum(values, 0.0) if additive else from_log(values, log_offset)
+
+
 def _with_median(quantiles: Sequence[float]) -> tuple[float, ...]:
     return tuple(sorted({0.5, *quantiles}))
 
@@ -96,6 +105,9 @@ class CalibratedModel(FittedModel):
     tracking_steps: tuple[tuple[float, ...], ...] = ()
     #: The rate the steps were made with (a record of the choice; forecasts use the steps).
     tracking_rate: float = 0.0
+    #: Shifts in demand units (additive, as statsforecast's conformal intervals) instead of on
+    #: the log scale; chosen per model and series by :func:`selection.train_candidates`.
+    additive: bool = False
     kind: ClassVar[str] = "calibrated"
 
     def __post_init__(self) -> None:
@@ -168,8 +180,8 @@ class CalibratedModel(FittedModel):
             centre = to_log(raw[:, :1, :], self.log_offset)
             shifted = centre + scale[:, None, None] * shift
         else:
-            shifted = to_log(raw[:, 1:, :], self.log_offset) + shift
-        out = from_log(shifted, self.log_offset)
+            shifted = _fwd(raw[:, 1:, :], self.log_offset, self.additive) + shift
+        out = _inv(shifted, self.log_offset, self.additive)
         return np.where(np.isfinite(raw[:, 1:, :]) & np.isfinite(raw[:, :1, :]), out, np.nan)
 
     def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
@@ -209,9 +221,10 @@ class CalibratedModel(FittedModel):
         raw_all = walk_forward(self.base, series, steps, h_track, base_qs)
         target = steps[:, None] + np.arange(1, h_track + 1)[None, :]
         actual = np.where(target < len(series), series.values[np.minimum(target, len(series) - 1)], np.nan)
-        actual_log = np.where(np.isfinite(actual), to_log(actual, self.log_offset), np.nan)
+        actual_t = np.where(np.isfinite(actual), _fwd(actual, self.log_offset, self.additive), np.nan)
         base_q = raw_all[:, [base_qs.index(q) for q in qs], :]
-        scores = actual_log[:, None, :] - np.where(np.isfinite(base_q), to_log(base_q, self.log_offset), np.nan)
+        scores = actual_t[:, None, :] - np.where(np.isfinite(base_q), _fwd(base_q, self.log_offset, self.additive),
+                                                 np.nan)
         shift = self._tracked(scores, idx - lo, qs)
         raw = raw_all[idx - lo, :, :horizon_steps]
         stacked = np.concatenate([raw[:, [base_qs.index(0.5)]], raw[:, [base_qs.index(q) for q in qs]]], axis=1)
@@ -229,6 +242,7 @@ class CalibratedModel(FittedModel):
             "tracking_window": self.tracking_window,
             "tracking_steps": [list(r) for r in self.tracking_steps],
             "tracking_rate": self.tracking_rate,
+            "additive": self.additive,
         }
 
     @classmethod
@@ -246,6 +260,9 @@ class CalibratedModel(FittedModel):
             tracking_window = int(params.get("tracking_window", 0))
             tracking_steps = tuple(tuple(float(v) for v in row) for row in params.get("tracking_steps", ()))
             tracking_rate = float(params.get("tracking_rate", 0.0))
+            additive = params.get("additive", False)
+            if not isinstance(additive, bool):
+                raise TypeError("additive must be true or false")
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"calibrated model parameters are incomplete or malformed ({exc!r}); retrain") from exc
         if base_kind == cls.kind:
@@ -260,7 +277,7 @@ class CalibratedModel(FittedModel):
         return cls(base=model_from_params(base_kind, base_params), quantiles=quantiles,
                    offsets=offsets, log_offset=log_offset, volatility_floor=floor,
                    volatility_window=vol_window, tracking_window=tracking_window,
-                   tracking_steps=tracking_steps, tracking_rate=tracking_rate)
+                   tracking_steps=tracking_steps, tracking_rate=tracking_rate, additive=additive)
 
 
 def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: np.ndarray,
@@ -284,7 +301,7 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
 
 
 def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: np.ndarray, q: float,
-                         log_offset: float, window: int, rates: Sequence[float]) -> float:
+                         log_offset: float, window: int, rates: Sequence[float], additive: bool = False) -> float:
     """The rate whose tracked q-quantile has the least pinball loss, two-fold on the calibration
     scores (static shifts and steps from one half, tracked forecasts scored on the other, and
     back). ``scores``, ``base_log`` and ``actual_log`` are (n, h) over consecutive origins."""
@@ -298,12 +315,12 @@ def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: n
         static = np.array([[conformal_quantile(scores[fit, h], q) for h in range(h_max)]])
         iqr = np.array([[max(float(np.subtract(*np.nanpercentile(scores[fit, h], [75, 25]))), 0.0)
                          for h in range(h_max)]])
-        actual = from_log(actual_log[test], log_offset)
+        actual = _inv(actual_log[test], log_offset, additive)
         ok = np.isfinite(actual_log[test]) & np.isfinite(base_log[test])
         for i, rate in enumerate(rates):
             theta = (track_shifts(scores[:, None, :], test, static, rate * iqr, np.array([q]), window)[:, 0, :]
                      if rate > 0 else np.repeat(static, test.size, axis=0))
-            upper = from_log(base_log[test] + theta, log_offset)
+            upper = _inv(base_log[test] + theta, log_offset, additive)
             diff = np.where(ok, actual - upper, 0.0)
             loss[i] += float(np.sum(np.maximum(q * diff, (q - 1.0) * diff)))
     return float(rates[int(np.argmin(loss))])
@@ -332,6 +349,7 @@ def calibrate(
     stride: int = 1,
     adaptive: bool = False,
     tracking_rate: float | None = None,
+    additive: bool = False,
 ) -> CalibratedModel:
     """Calibrate ``base`` on the forecasts it makes from ``first_origin`` to the end of ``series``.
 
@@ -353,11 +371,12 @@ def calibrate(
         target = origins + h
         inside = target < len(series)
         actual[inside, h - 1] = series.values[target[inside]]
-    actual_log = to_log(actual, log_offset)
+    # "log" names the shifts' scale: log(x + c), or demand units when additive.
+    actual_log = _fwd(actual, log_offset, additive and not adaptive)
     actual_log[~np.isfinite(actual)] = np.nan
 
     def log_of(fc: np.ndarray) -> np.ndarray:
-        return np.where(np.isfinite(fc), to_log(fc, log_offset), np.nan)
+        return np.where(np.isfinite(fc), _fwd(fc, log_offset, additive and not adaptive), np.nan)
 
     floor = 0.0
     if adaptive:
@@ -375,7 +394,7 @@ def calibrate(
         q_star = min(qs, key=lambda v: abs(v - 0.95))
         base_log = log_of(forecasts[:, base_qs.index(q_star), :])
         rate = choose_tracking_rate(actual_log - base_log, base_log, actual_log, q_star, log_offset,
-                                    window, TRACKING_RATES)
+                                    window, TRACKING_RATES, additive)
     offsets = []
     steps = []
     for q in qs:
@@ -391,4 +410,5 @@ def calibrate(
     track = floor == 0 and rate > 0
     return CalibratedModel(base=base, quantiles=qs, offsets=tuple(offsets), log_offset=log_offset,
                            volatility_floor=floor, tracking_window=window if track else 0,
-                           tracking_steps=tuple(steps) if track else (), tracking_rate=rate if track else 0.0)
+                           tracking_steps=tuple(steps) if track else (), tracking_rate=rate if track else 0.0,
+                           additive=additive and floor == 0)

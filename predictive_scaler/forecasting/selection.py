@@ -168,6 +168,12 @@ def train_candidates(
         try:
             model, fit_s = fit_calibrated(kind, grid, cfg, horizon)
             horizons, rows[kind] = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate)
+            if not cfg.adaptive_calibration:
+                # Shifts in demand units instead of on the log scale, when that scores better.
+                other = calibrated(model.base, grid, cfg, horizon, additive=True)
+                got = crossfit_scores(model.base, grid, cal, cfg, other.tracking_rate, additive=True)
+                if _mean_pinball(got[0]) < _mean_pinball(horizons):
+                    model, (horizons, rows[kind]) = other, got
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
             scores[kind] = ModelEvaluation(kind, empty, None, error=f"{kind}: {exc}")
         else:
@@ -227,8 +233,14 @@ def _combination(
     return members, weights, model, out
 
 
+def _mean_pinball(horizons: Mapping[str, Mapping[str, float | None]]) -> float:
+    values = [float(h["pinball"]) for h in horizons.values() if h.get("pinball") is not None]  # type: ignore[arg-type]
+    return float(np.mean(values)) if values else float("inf")
+
+
 def crossfit_scores(
-    base: FittedModel, grid: Series, cal: int, cfg: EvaluationSettings, rate: float | None = None
+    base: FittedModel, grid: Series, cal: int, cfg: EvaluationSettings, rate: float | None = None,
+    *, additive: bool = False,
 ) -> tuple[dict[str, dict[str, float | None]], dict[int, np.ndarray]]:
     """Metrics per horizon of ``base`` calibrated on one half of the last ``cal`` steps of
     ``grid`` and forecasting the other half (both ways, pooled); and the pooled rows
@@ -245,7 +257,7 @@ def crossfit_scores(
         lo = max(0, a0 - 1 - window)
         model = calibrate(base, grid.slice(lo, a1), a0 - 1 - lo, quantiles=qs,
                           horizon_steps=max(h_max, max_horizon_steps(grid.step_seconds)),
-                          adaptive=cfg.adaptive_calibration, tracking_rate=rate)
+                          adaptive=cfg.adaptive_calibration, tracking_rate=rate, additive=additive)
         lo = max(0, b0 - 1 - model.window_steps)
         part = grid.slice(lo, b1)
         origins = np.arange(b0 - 1, b1 - 1) - lo
@@ -268,7 +280,8 @@ def crossfit_scores(
 
 
 def fit_calibrated(
-    kind: str, grid: Series, cfg: EvaluationSettings, horizon: timedelta = timedelta(minutes=30)
+    kind: str, grid: Series, cfg: EvaluationSettings, horizon: timedelta = timedelta(minutes=30),
+    *, additive: bool = False,
 ) -> tuple[CalibratedModel, float]:
     """What :func:`train_model` serves once ``kind`` is chosen: fitted on ``grid`` (already on the
     model grid) up to its last ``calibration_window``, calibrated on that window; and the fit's
@@ -279,18 +292,26 @@ def fit_calibrated(
     t0 = time.perf_counter()
     base = registry.forecaster(kind).fit(grid.slice(max(0, fit_end - train), fit_end))
     fit_seconds = time.perf_counter() - t0
+    return calibrated(base, grid, cfg, horizon, additive=additive), fit_seconds
+
+
+def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
+               horizon: timedelta = timedelta(minutes=30), *, additive: bool = False) -> CalibratedModel:
+    """``base`` (fitted before the last calibration window of ``grid``) calibrated on that window."""
+    cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
+    fit_end = len(grid) - cal
     window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
     lo = max(0, fit_end - 1 - window)
     wanted = horizon_steps(horizon, grid.step_seconds) or 1
-    model = calibrate(
+    return calibrate(
         base,
         grid.slice(lo, len(grid)),
         fit_end - 1 - lo,
         quantiles=tuple(sorted({*CALIBRATED_QUANTILES, cfg.quantile})),
         horizon_steps=max(wanted, max_horizon_steps(grid.step_seconds)),
         adaptive=cfg.adaptive_calibration,
+        additive=additive,
     )
-    return model, fit_seconds
 
 
 #: The latest data a training run scores its candidates on (the rest trains them), as the
