@@ -289,6 +289,8 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
     ``static`` (k, h), with step ``eta`` (k, h), counting only targets observed by t.
     """
     h_max = scores.shape[2]
+    if first.size <= 2:
+        return _track_few(scores, first, static, eta, quantiles, window)
     alpha = 1.0 - quantiles[:, None]  # (k, 1)
     theta = np.repeat(static[None], first.size, axis=0)
     hs = np.arange(1, h_max + 1)
@@ -298,6 +300,31 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
         seen = (j >= 0)[:, None, None] & ((j[:, None] + hs[None, :]) <= first[:, None])[:, None, :] & np.isfinite(s)
         theta = theta + np.where(seen, eta[None] * (np.where(s > theta, 1.0, 0.0) - alpha[None]), 0.0)
     return theta
+
+
+def _track_few(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: np.ndarray,
+               quantiles: np.ndarray, window: int) -> np.ndarray:
+    """:func:`track_shifts` for one or two origins (serving) in plain Python: the same
+    arithmetic in the same order, without numpy's per-call overhead on tiny arrays."""
+    k, h_max = static.shape
+    alpha = [1.0 - float(q) for q in quantiles]
+    steps = eta.tolist()
+    out = np.empty((first.size, k, h_max))
+    for i, t in enumerate(int(v) for v in first):
+        theta = static.tolist()
+        lo = max(0, t - window)
+        rows = scores[lo:t].tolist()
+        for offset, row in enumerate(rows):
+            j = lo + offset
+            seen = min(h_max, t - j)
+            for a in range(k):
+                th, st, r, al = theta[a], steps[a], row[a], alpha[a]
+                for b in range(seen):
+                    v = r[b]
+                    if v == v:  # not NaN
+                        th[b] += st[b] * ((1.0 if v > th[b] else 0.0) - al)
+        out[i] = theta
+    return out
 
 
 def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: np.ndarray, q: float,

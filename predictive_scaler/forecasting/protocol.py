@@ -168,6 +168,7 @@ class ProtocolReport:
             "best_peer": self.best_peer(),
             "regret": self.regret(),
             "ratio_to_best_peer": self.ratio(),
+            "notes": list(self.notes),
         }
 
 
