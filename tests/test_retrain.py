@@ -212,6 +212,18 @@ def test_too_many_gaps_is_skipped(tmp_path: Path) -> None:
     assert out.result == "skipped" and "missing" in out.reason
 
 
+@pytest.fixture
+def static_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static conformal shifts, for tests of the promotion rule that need a challenger clearly
+    worse or better than the serving model: coverage tracking repairs a mis-calibrated P95 (the
+    challenger's or the serving model's) within a day."""
+    from predictive_scaler.forecasting import calibration
+
+    monkeypatch.setattr(calibration, "TRACKING_RATES", (0.0,))
+    monkeypatch.setattr(calibration, "DEFAULT_TRACKING_RATE", 0.0)
+
+
+@pytest.mark.usefixtures("static_calibration")
 def test_a_worse_challenger_is_not_promoted(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
     t = target("chat")
@@ -245,6 +257,7 @@ class CorruptingStore(ModelStore):
         return version
 
 
+@pytest.mark.usefixtures("static_calibration")
 def test_a_corrupted_artifact_is_refused_and_the_previous_version_keeps_serving(tmp_path: Path) -> None:
     t = target("chat")
     clean = synthetic(23, seed=2)
