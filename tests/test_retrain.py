@@ -230,11 +230,11 @@ def test_a_worse_challenger_is_not_promoted(tmp_path: Path) -> None:
     clean = synthetic(23, seed=1)
     served = retrain_scaler(t, FakeHistory({t.key: clean}), store, FAST, START + timedelta(days=16), "w1")
     assert served.result == "promoted"
-    # A bad week: on days 16-20 a broken recording rule served a smooth curve instead of the real,
+    # A bad week: on days 14-21 a broken recording rule served a smooth curve instead of the real,
     # noisy demand; the challenger calibrates its P95 on that calm and is far too narrow on the
     # held-out last 2 days, which are real again.
     values = clean.values.copy()
-    bad = slice(16 * 288, 20 * 288)
+    bad = slice(14 * 288, 21 * 288)
     values[bad] = synthetic(23, seed=1, noise=0.0).values[bad]
     corrupted = Series(values=values, start=clean.start, step_seconds=STEP)
     out = retrain_scaler(t, FakeHistory({t.key: corrupted}), store, FAST, START + timedelta(days=23), "w2")
