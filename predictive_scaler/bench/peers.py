@@ -155,6 +155,30 @@ def detail(name: str, doc: Mapping[str, Any], seconds: float) -> list[str]:
     return lines
 
 
+def why(doc: Mapping[str, Any]) -> str:
+    """What the numbers say about a miss (derived from the run, not written by hand)."""
+    served = doc["served"]
+    best = doc.get("best_candidate")
+    peer = doc["peers"].get(doc.get("best_peer") or "")
+    parts = []
+    regret = doc.get("regret")
+    if regret is not None and regret > REGRET_TARGET:
+        parts.append(f"selection: the served choices scored {regret:.3f}× the best candidate in hindsight "
+                     f"({best}) over {doc['blocks']} refit(s); the cross-fitted choice on the calibration "
+                     f"window ({served.get('choices', ['?'])[0]} first) did not carry over to the weeks scored")
+    cand = _m(doc["models"].get(best or ""), "normalised_pinball")
+    peer_np = _m(peer, "normalised_pinball")
+    if cand is not None and peer_np and cand / peer_np > 1.0:
+        parts.append(f"even the best candidate ({best}) is {cand / peer_np:.3f}× the best peer "
+                     f"({doc.get('best_peer')})")
+    cov = _m(served, "coverage")
+    n = int(served.get("origins") or 0) or None
+    if cov is not None and not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
+        band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
+        parts.append(f"coverage {cov:.3f}{band}")
+    return "; ".join(parts)
+
+
 def run_one(traces: Path, name: str, kinds: tuple[str, ...], peers: tuple[str, ...], out: Path) -> None:
     """One trace's protocol run, written as JSON (the worker of ``--jobs``)."""
     from tqdm import tqdm
@@ -171,6 +195,8 @@ def run_one(traces: Path, name: str, kinds: tuple[str, ...], peers: tuple[str, .
 def run_all(args: argparse.Namespace, traces: list[str]) -> dict[str, dict[str, Any]]:
     """Every trace in a worker process of its own, ``--jobs`` at a time."""
     results: dict[str, dict[str, Any]] = {}
+    if args.from_json:
+        return {n: json.loads((Path(args.from_json) / f"{n}.json").read_text()) for n in traces}
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
         pending = list(traces)
         running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
@@ -191,6 +217,9 @@ def run_all(args: argparse.Namespace, traces: list[str]) -> dict[str, dict[str, 
                 if proc.returncode != 0 or not out.exists():
                     raise SystemExit(f"bench-peers: the run on {name} failed (exit {proc.returncode})")
                 results[name] = json.loads(out.read_text())
+                if args.keep_json:
+                    Path(args.keep_json).mkdir(parents=True, exist_ok=True)
+                    (Path(args.keep_json) / out.name).write_text(out.read_text())
     return {n: results[n] for n in traces}
 
 
@@ -207,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=",".join(PEER_NAMES))
     parser.add_argument("--no-timing", action="store_true")
     parser.add_argument("--jobs", type=int, default=2, help="traces run at once, each in its own process")
+    parser.add_argument("--keep-json", default="", help="also keep each trace's protocol report (JSON) here")
+    parser.add_argument("--from-json", default="", help="render from reports kept by --keep-json, run nothing")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -239,15 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         ratio, regret, cov = doc.get("ratio_to_best_peer"), doc.get("regret"), _m(doc["served"], "coverage")
         if ratio is not None:
             ratios.append(float(ratio))
-        why = []
+        missed = []
         if ratio is None or ratio > 1.0:
-            why.append(f"ratio {_f(ratio, 3)} > 1")
+            missed.append(f"ratio {_f(ratio, 3)} > 1")
         if cov is None or not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
-            why.append(f"coverage {_f(cov, 3)} outside [0.93, 0.97]")
+            missed.append(f"coverage {_f(cov, 3)} outside [0.93, 0.97]")
         if regret is None or regret > REGRET_TARGET:
-            why.append(f"regret {_f(regret, 3)} > {REGRET_TARGET}")
-        if why:
-            misses.append(f"{name}: {'; '.join(why)}")
+            missed.append(f"regret {_f(regret, 3)} > {REGRET_TARGET}")
+        if missed:
+            misses.append(f"{name}: {'; '.join(missed)}. Why: {why(doc)}.")
     geo = float(np.exp(np.mean(np.log(ratios)))) if ratios else None
     lines += [
         "## Summary (30-minute horizon, P95)", "",

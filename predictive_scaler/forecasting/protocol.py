@@ -113,6 +113,7 @@ class Scored:
         }
         if self.choices:
             doc["choices"] = list(self.choices)
+            doc["origins"] = self.origins
         if self.error:
             doc["error"] = self.error
         if self.skipped:
