@@ -65,6 +65,7 @@ from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.keda.answer import answer_for
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
+from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
@@ -124,7 +125,7 @@ class ControllerService:
                  budget: ClusterBudget | None = None,
                  metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None,
                  api_activity: ApiActivity | None = None, loop: LoopMonitor | None = None,
-                 shutdown: Shutdown | None = None) -> None:
+                 shutdown: Shutdown | None = None, cache: ClusterCache | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.source = source
@@ -141,6 +142,8 @@ class ControllerService:
         self.loop = loop
         #: Set on SIGTERM: no new period starts (see lifecycle.py).
         self.shutdown = shutdown
+        #: The watch-fed cluster cache (kube/cache.py) every reconcile reads; None: direct reads.
+        self.cache = cache
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
         #: The latest decision of each scaler in mode keda, for the KEDA gRPC server (keda/server.py).
@@ -228,7 +231,7 @@ class ControllerService:
             self.budget.seed(uid, _int(held_before.get("gpus")), _float(held_before.get("costPerHour")), now_s)
             return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now)
 
-        cluster = KubeClusterPort(self.kube, ref, parsed)
+        cluster = KubeClusterPort(self.kube, ref, parsed, self.cache)
         try:
             found = cluster.conflicts()
         except ClusterError:
@@ -303,6 +306,15 @@ class ControllerService:
             events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
         if runtime.model.problem and runtime.model.version:
             events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))
+        if cluster.stale and self.cache is not None:
+            ages = self.cache.stale_for()
+            kept = (f"; kept {parsed.target.kind}/{parsed.target.name} at {cluster.scale.replicas} replicas instead "
+                    f"of scaling down to {cluster.held_down}" if cluster.held_down is not None and cluster.scale
+                    else "")
+            events.append(Event("Warning", "ClusterCacheStale", (
+                "the watch-fed cluster cache is stale (" + ", ".join(f"{r} {ages[r]:.0f} s" for r in cluster.stale)
+                + f", bound {self.cache.max_staleness_seconds:.0f} s): no scale-down and no new placeholder GPUs "
+                "until the watches catch up" + kept)))
         if parsed.mode == "keda":
             self.keda_board.publish(answer_for(result.decision, parsed, namespace=namespace, name=name,
                                                decided_at=result.now))
@@ -315,6 +327,8 @@ class ControllerService:
         for kind, problem in (("metrics", result.decision.metrics_problem), ("model", result.decision.model_problem)):
             if problem:
                 self.telemetry.error(namespace, name, kind)
+        if self.cache is not None:
+            self.telemetry.cache_staleness(self.cache.stale_for())
         self.telemetry.record(namespace, name, parsed, result, budget_gpus, reservation.allowed_gpus,
                               time.perf_counter() - started, self.settings.interval_seconds)
         log.info("reconciled", extra={"scaler": ref.describe(), "strategy": result.decision.strategy,
