@@ -203,8 +203,11 @@ class Reflector:
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.resource}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, join_seconds: float = 0.0) -> None:
+        """Stop after the current request (a watch ends within ``watch_timeout_seconds``)."""
         self._stop.set()
+        if join_seconds and self._thread is not None:
+            self._thread.join(join_seconds)
 
     def stale_for(self, now: float | None = None) -> float:
         if self.connected:
@@ -322,9 +325,13 @@ class ClusterCache:
             reflector.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, join_seconds: float = 0.0) -> None:
+        """Stop every reflector; ``join_seconds`` > 0 waits that long for their threads (tests do)."""
         for reflector in self.reflectors.values():
             reflector.stop()
+        deadline = time.monotonic() + join_seconds
+        for reflector in self.reflectors.values():
+            reflector.stop(max(0.0, deadline - time.monotonic()) if join_seconds else 0.0)
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

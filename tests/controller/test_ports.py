@@ -257,7 +257,7 @@ def test_a_fresh_cache_replaces_the_pod_node_and_autoscaler_lists(fake_api: Fake
                       or "scaledobjects" in r.path)]
         assert lists == [], "a reconcile on a fresh cache lists nothing"
     finally:
-        cache.stop()
+        cache.stop(join_seconds=10)
 
 
 @pytest.mark.parametrize("decided, kept", [(2, 5), (7, 7)], ids=["scale-down-held", "scale-up-allowed"])

@@ -54,7 +54,7 @@ def test_bad_selector_is_named(selector):
 def cache(fake_api: FakeApiServer, cluster: KubeCluster):
     c = ClusterCache(cluster, watch_timeout_seconds=1, resync_seconds=300.0)
     yield c
-    c.stop()
+    c.stop(join_seconds=10)
 
 
 def test_cache_answers_what_the_direct_reads_answer_and_follows_changes(fake_api, cluster, cache):

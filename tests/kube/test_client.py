@@ -771,7 +771,7 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
             assert time.monotonic() < deadline, "the cache did not watch its four collections within 10 s"
             time.sleep(0.05)
     finally:
-        cache.stop()
+        cache.stop(join_seconds=10)
     used = {api_call_for(r.method, r.path, watch=r.query.get("watch") == "true") for r in fake_api.requests}
     assert used == set(API_CALLS)
 
