@@ -138,8 +138,16 @@ def run_controller(settings: ControllerSettings) -> int:
     # watch streams are long reads that must not count as a reconcile's API trouble).
     cache = ClusterCache(KubeCluster(api_client_from_environment(settings.kubeconfig), clock=clock),
                          namespace=settings.namespace)
+    shards = None
+    if settings.shard_count > 1:
+        from predictive_scaler.controller.shards import ShardMembership
+        from predictive_scaler.crd import CONTROLLER_NAMESPACE
+
+        shards = ShardMembership(kube, os.environ.get("POD_NAMESPACE") or CONTROLLER_NAMESPACE, settings.shard_index,
+                                 settings.shard_count, os.environ.get("HOSTNAME") or f"pid-{os.getpid()}",
+                                 clock=time.time)
     service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry,
-                                api_activity=activity, loop=loop, shutdown=shutdown, cache=cache)
+                                api_activity=activity, loop=loop, shutdown=shutdown, cache=cache, shards=shards)
     registry, _ = build_registry(service)
     probe_timeout = min(5.0, settings.readiness_timeout_seconds)
     every = settings.probe_interval_seconds
@@ -154,6 +162,10 @@ def run_controller(settings: ControllerSettings) -> int:
     operator = KopfOperator(registry, settings, on_exit=shutdown.request)
     # Started in this order, stopped in reverse. Another server (e.g. gRPC) is one more entry.
     components: list[Component] = [server, readiness, cache, operator]
+    if shards is not None:
+        from predictive_scaler.controller.shards import ShardKeeper
+
+        components.insert(3, ShardKeeper(shards, service.observe_shards, settings.interval_seconds))
     keda = keda_server(service)
     if keda is not None:
         components.insert(1, keda)

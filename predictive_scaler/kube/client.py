@@ -296,6 +296,30 @@ API_CALLS: tuple[ApiCall, ...] = (
         "the cluster cache: ScaledObjects, watched",
     ),
     ApiCall(
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+        "list",
+        "coordination.k8s.io",
+        "leases",
+        "sharding: read every shard's Lease (label predictive-scaler.io/shard) in the controller's namespace",
+    ),
+    ApiCall(
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+        "create",
+        "coordination.k8s.io",
+        "leases",
+        "sharding: create this replica's shard Lease the first time",
+    ),
+    ApiCall(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+        "update",
+        "coordination.k8s.io",
+        "leases",
+        "sharding: acquire (when expired) and renew this replica's shard Lease (resourceVersion precondition)",
+    ),
+    ApiCall(
         "POST",
         "/api/v1/namespaces/{namespace}/events",
         "create",
@@ -1095,6 +1119,26 @@ class KubeCluster:
         )
         what = f"list PredictiveScalers in {namespace or 'all namespaces'}"
         return self.list_paginated(path, what=what)[0]
+
+    # -- shard Leases (controller/shards.py) ------------------------------------
+
+    def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        what = f"list shard Leases in {namespace}"
+        return self.list_paginated(
+            f"/apis/coordination.k8s.io/v1/namespaces/{_seg(namespace)}/leases", {"labelSelector": selector},
+            what=what,
+        )[0]
+
+    def write_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease (no resourceVersion in ``body``) or replace it (with one: 409 when it changed
+        since it was read — someone else renewed it). No retry on 409: the caller re-reads."""
+        name = body["metadata"]["name"]
+        what = f"write Lease {namespace}/{name}"
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{_seg(namespace)}/leases"
+        if (body.get("metadata") or {}).get("resourceVersion"):
+            return self._retrying(
+                lambda: self._request("PUT", f"{base}/{_seg(name)}", what=what, body=body, write=True), what)
+        return self._retrying(lambda: self._request("POST", base, what=what, body=body, write=True), what)
 
     def patch_status(
         self, scaler_name: str, namespace: str, status: Mapping[str, Any]
