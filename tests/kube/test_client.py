@@ -762,6 +762,16 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     assert cluster.ping(timeout=2.0) is None
     _serve_hpa_versions(fake_api, ("v2beta2",))  # an older server: the v2beta2 row
     cluster.list_conflicting_autoscalers(DEPLOYMENT)
+    # Shard Leases: create, list, renew (replace with the resourceVersion read).
+    fake_api.register_type(ResourceType("coordination.k8s.io", "v1", "Lease", "leases", builtin=False))
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "predictive-scaler-shard-0", "namespace": "predictive-scaler-system",
+                          "labels": {"predictive-scaler.io/shard": "0"}}, "spec": {"holderIdentity": "me"}}
+    created = cluster.write_lease("predictive-scaler-system", lease)
+    (listed,) = cluster.list_leases("predictive-scaler-system", "predictive-scaler.io/shard")
+    assert listed["metadata"]["name"] == created["metadata"]["name"]
+    cluster.write_lease("predictive-scaler-system", {**lease, "metadata": {
+        **lease["metadata"], "resourceVersion": created["metadata"]["resourceVersion"]}})
     # The watch-fed cache: cluster-wide lists, then a watch of each collection.
     cache = ClusterCache(cluster, watch_timeout_seconds=1, resync_seconds=300.0).start()
     try:
