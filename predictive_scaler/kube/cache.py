@@ -196,7 +196,7 @@ class Reflector:
         self.connected = False
         self.last_ok: float | None = None
         self.absent = False  # an optional API the server does not serve (KEDA not installed)
-        self.lists = self.watches = self.relists_after_error = 0
+        self.lists = self.watches = self.relists_after_error = self.absent_checks = 0
         self.last_error: str | None = None
 
     def start(self) -> None:
@@ -231,9 +231,11 @@ class Reflector:
                 if self._optional and exc.status == 404:
                     self._on_replace([])
                     self.absent = True
+                    self.absent_checks += 1
                     self._ok()
                     self.synced.set()
-                    self._stop.wait(self._resync)
+                    # Asked again as often as a watch is re-opened: "absent" stays known-current (fresh).
+                    self._stop.wait(self._watch_timeout)
                     continue
                 self.relists_after_error += 1
                 log.warning("watch broken; re-listing", extra={"resource": self.resource, "detail": str(exc)})

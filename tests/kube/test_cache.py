@@ -96,6 +96,8 @@ def test_lists_are_paginated_and_keda_absent_is_empty(fake_api, cluster, cache):
     assert any(r.query.get("watch") == "true" and r.query.get("resourceVersion") for r in fake_api.requests
                if r.path == "/api/v1/pods")
     assert cache.reflectors[SCALED_OBJECTS].absent and cache.fresh(SCALED_OBJECTS)
+    # Absent stays known-current: asked again at every watch timeout (1 s here), so never stale.
+    _eventually(lambda: cache.reflectors[SCALED_OBJECTS].absent_checks >= 3)
     assert cache.conflicts(WorkloadRef("apps/v1", "Deployment", "llm", "ml")) == ()
 
 
