@@ -114,6 +114,7 @@ class ShardMembership:
         self._agreed = False
         #: Why this replica does not act now (None while it does), for logs and the readiness detail.
         self.waiting: str | None = "not renewed yet"
+        self._raw: dict[str, dict[str, Any]] = {}  # the Leases as last listed, by name
 
     @property
     def lease_name(self) -> str:
@@ -206,8 +207,6 @@ class ShardMembership:
             spec["acquireTime"] = stamp
             spec["leaseTransitions"] = 0
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
-
-    _raw: dict[str, dict[str, Any]] = {}
 
 
 @dataclass(frozen=True)
