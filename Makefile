@@ -67,8 +67,10 @@ bench-peers: $(PEERS_STAMP)
 bench-backtest: $(STAMP)
 	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md
 
+SCALERS ?= 100,300,1000
+PODS ?= 2000,20000
 bench-controller: $(STAMP) tools
-	$(BIN)/python -m predictive_scaler.bench.controller --out backtests/results/controller.md
+	$(BIN)/python -m predictive_scaler.bench.controller --scalers $(SCALERS) --pods $(PODS) --out backtests/results/controller.md
 
 bench-retrain: $(STAMP) tools
 	$(BIN)/python -m predictive_scaler.bench.retrain --scalers 200 --weeks 1 --processes 1,2 --out backtests/results/retrain-run.md

@@ -69,6 +69,10 @@ CATALOG: tuple[MetricDef, ...] = (
     MetricDef("predictive_scaler_api_retries_total", "counter",
               "Kubernetes API calls retried after an error answer, by kind (conflict, throttled, server-error, "
               "unreachable), whether the retry then succeeded or not.", SCALER_LABELS + ("kind",)),
+    MetricDef("predictive_scaler_cluster_cache_staleness_seconds", "gauge",
+              "Seconds since the watch-fed cluster cache last knew this resource current (0 while its watch is "
+              "connected; +Inf before the first list). Above the bound (120 s) no scaler scales down.",
+              ("resource",)),
 )
 
 NAMES: frozenset[str] = frozenset(m.name for m in CATALOG)

@@ -32,6 +32,7 @@ from predictive_scaler.errors import ConfigError, ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel, Forecast
 from predictive_scaler.forecasting.store import MODEL_FILE, LoadedModel, ModelStore
 from predictive_scaler.kube import manifests
+from predictive_scaler.kube.cache import HPAS, NODES, PODS, SCALED_OBJECTS, ClusterCache
 from predictive_scaler.kube.client import (
     ConflictingAutoscaler,
     KubeCluster,
@@ -87,10 +88,17 @@ class KubeClusterPort:
     """ClusterPort for one scaler. Build one per reconcile: it remembers what :meth:`observe` read
     (the Scale's resourceVersion, the placeholder) so :meth:`apply` writes against it."""
 
-    def __init__(self, kube: KubeCluster, scaler: ScalerRef, spec: ScalerSpec) -> None:
+    def __init__(self, kube: KubeCluster, scaler: ScalerRef, spec: ScalerSpec,
+                 cache: ClusterCache | None = None) -> None:
         self.kube = kube
         self.scaler = scaler
         self.spec = spec
+        #: The watch-fed cache (pods, nodes, HPAs, ScaledObjects); None: read the API directly.
+        self.cache = cache
+        #: Set by observe() when the cache was stale: apply() then never scales the target down.
+        self.stale: tuple[str, ...] = ()
+        #: What apply() kept because the cache was stale (replicas it did not scale down to), for the status.
+        self.held_down: int | None = None
         self.scale: ScaleInfo | None = None
         self.placeholder: PlaceholderInfo | None = None
         self.observed: ClusterState | None = None
@@ -111,7 +119,9 @@ class KubeClusterPort:
         )
 
     def conflicts(self) -> tuple[ConflictingAutoscaler, ...]:
-        return self.kube.list_conflicting_autoscalers(self.target)
+        if self.cache is not None and self.cache.fresh(HPAS, SCALED_OBJECTS):
+            return self.cache.conflicts(self.target)
+        return self.kube.list_conflicting_autoscalers(self.target)  # no cache, or stale: ask the server
 
     def check_placeholder_priority(self) -> None:
         """Refuse (ConfigError) a placeholder PriorityClass that is missing or not negative: placeholder
@@ -133,8 +143,14 @@ class KubeClusterPort:
     def observe(self, now: datetime) -> ClusterState:
         target = self.target
         self.scale = self.kube.get_scale(target)
+        cache = self.cache
+        self.stale = () if cache is None else tuple(
+            r for r in (PODS, NODES) if not cache.fresh(r))
         if self.scale.selector:
-            pods = self.kube.list_pods(target.namespace, self.scale.selector)
+            if cache is not None and PODS not in self.stale:
+                pods = cache.pod_counts(target.namespace, self.scale.selector)
+            else:
+                pods = self.kube.list_pods(target.namespace, self.scale.selector)
             ready, starting = pods.ready, pods.starting
         else:
             # A custom kind without labelSelectorPath: its /scale status is all we know.
@@ -142,8 +158,11 @@ class KubeClusterPort:
         self.placeholder = self.kube.get_placeholder(self.scaler.name, self.scaler.namespace)
         free = 0
         if self.spec.prewarm.enabled:
-            # Listing every pod on GPU nodes is the costly call: only scalers that prewarm need it.
-            free = self.kube.list_gpu_nodes(label_selector(self.spec.prewarm.node_selector)).free_gpus
+            if cache is None:
+                free = self.kube.list_gpu_nodes(label_selector(self.spec.prewarm.node_selector)).free_gpus
+            elif not self.stale:
+                free = cache.gpu_capacity(self.spec.prewarm.node_selector).free_gpus
+            # else: free GPUs unknown on a stale cache — none are granted to new placeholders
         self.observed = ClusterState(
             desired_replicas=self.scale.replicas, ready_replicas=ready, starting_replicas=starting,
             placeholder_gpus=self.placeholder.gpus if self.placeholder else 0, free_gpus=free,
@@ -153,8 +172,13 @@ class KubeClusterPort:
     def apply(self, decision: Decision, now: datetime) -> None:
         """Scale the target, then size (or remove) the placeholder. Raises ClusterError."""
         target = self.target
-        if self.scale is None or decision.desired_replicas != self.scale.replicas:
-            self.scale = self.kube.patch_scale(target, decision.desired_replicas, current=self.scale)
+        desired = decision.desired_replicas
+        self.held_down = None
+        if self.stale and self.scale is not None and desired < self.scale.replicas:
+            # Decided on a stale cache: never scale down (the pods it counted may be gone or new).
+            self.held_down, desired = desired, self.scale.replicas
+        if self.scale is None or desired != self.scale.replicas:
+            self.scale = self.kube.patch_scale(target, desired, current=self.scale)
         gpr = self.spec.gpus_per_replica
         pods = decision.placeholder_gpus // gpr if self.spec.prewarm.enabled else 0
         if pods > 0:

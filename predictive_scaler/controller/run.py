@@ -116,6 +116,7 @@ def run_controller(settings: ControllerSettings) -> int:
     from predictive_scaler.controller.service import ControllerService
     from predictive_scaler.controller.telemetry import Telemetry, TelemetryServer
     from predictive_scaler.forecasting.store import ModelStore
+    from predictive_scaler.kube.cache import ClusterCache
     from predictive_scaler.kube.client import KubeCluster, api_client_from_environment
     from predictive_scaler.sources.prometheus import PrometheusSource
 
@@ -133,8 +134,20 @@ def run_controller(settings: ControllerSettings) -> int:
     telemetry = Telemetry()
     assert settings.liveness_timeout_seconds is not None
     loop = LoopMonitor(settings.liveness_timeout_seconds, scalers=lambda: telemetry.scalers)
+    # One watch-fed cache of pods, nodes, HPAs and ScaledObjects for every reconcile (its own client:
+    # watch streams are long reads that must not count as a reconcile's API trouble).
+    cache = ClusterCache(KubeCluster(api_client_from_environment(settings.kubeconfig), clock=clock),
+                         namespace=settings.namespace)
+    shards = None
+    if settings.shard_count > 1:
+        from predictive_scaler.controller.shards import ShardMembership
+        from predictive_scaler.crd import CONTROLLER_NAMESPACE
+
+        shards = ShardMembership(kube, os.environ.get("POD_NAMESPACE") or CONTROLLER_NAMESPACE, settings.shard_index,
+                                 settings.shard_count, os.environ.get("HOSTNAME") or f"pid-{os.getpid()}",
+                                 clock=time.time)
     service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry,
-                                api_activity=activity, loop=loop, shutdown=shutdown)
+                                api_activity=activity, loop=loop, shutdown=shutdown, cache=cache, shards=shards)
     registry, _ = build_registry(service)
     probe_timeout = min(5.0, settings.readiness_timeout_seconds)
     every = settings.probe_interval_seconds
@@ -148,7 +161,11 @@ def run_controller(settings: ControllerSettings) -> int:
                              loop.verdict, readiness.verdict)
     operator = KopfOperator(registry, settings, on_exit=shutdown.request)
     # Started in this order, stopped in reverse. Another server (e.g. gRPC) is one more entry.
-    components: list[Component] = [server, readiness, operator]
+    components: list[Component] = [server, readiness, cache, operator]
+    if shards is not None:
+        from predictive_scaler.controller.shards import ShardKeeper
+
+        components.insert(3, ShardKeeper(shards, service.observe_shards, settings.interval_seconds))
     keda = keda_server(service)
     if keda is not None:
         components.insert(1, keda)

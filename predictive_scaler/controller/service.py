@@ -50,6 +50,7 @@ from predictive_scaler.controller.ports import (
     StoreModelPort,
 )
 from predictive_scaler.controller.settings import ControllerSettings
+from predictive_scaler.controller.shards import ShardedBudget, ShardMembership
 from predictive_scaler.controller.status import (
     API_EVENT,
     ApiReport,
@@ -65,9 +66,11 @@ from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.keda.answer import answer_for
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
+from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
+from predictive_scaler.retrain import shard_of
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 
@@ -124,7 +127,8 @@ class ControllerService:
                  budget: ClusterBudget | None = None,
                  metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None,
                  api_activity: ApiActivity | None = None, loop: LoopMonitor | None = None,
-                 shutdown: Shutdown | None = None) -> None:
+                 shutdown: Shutdown | None = None, cache: ClusterCache | None = None,
+                 shards: ShardMembership | None = None) -> None:
         self.settings = settings
         self.kube = kube
         self.source = source
@@ -141,6 +145,14 @@ class ControllerService:
         self.loop = loop
         #: Set on SIGTERM: no new period starts (see lifecycle.py).
         self.shutdown = shutdown
+        #: The watch-fed cluster cache (kube/cache.py) every reconcile reads; None: direct reads.
+        self.cache = cache
+        #: Sharding: this replica acts only on the scalers of its shard, while its Lease fence holds.
+        self.shards = shards
+        self.sharded_budget = (ShardedBudget(settings.cluster_budget, shards.index, shards.count)
+                               if shards is not None and shards.count > 1 else None)
+        if self.sharded_budget is not None:
+            self.budget.limits = self.sharded_budget.limits_now()
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
         #: The latest decision of each scaler in mode keda, for the KEDA gRPC server (keda/server.py).
@@ -152,12 +164,25 @@ class ControllerService:
         """Book what every scaler's status says it holds (start-up), before any reconcile."""
         now_s = self.clock.now().timestamp()
         scalers = self.kube.list_scalers(self.settings.namespace)
+        if self.sharded_budget is not None:
+            self.observe_shards(scalers)
         for obj in scalers:
+            if self.shards is not None and shard_of(
+                    f"{(obj.get('metadata') or {}).get('namespace', '')}/{(obj.get('metadata') or {}).get('name', '')}",
+                    self.shards.count) != self.shards.index:
+                continue  # another shard books it
             meta = obj.get("metadata") or {}
             held = ((obj.get("status") or {}).get("budgetInUse")) or {}
             self.budget.seed(str(meta.get("uid", "")), _int(held.get("gpus")), _float(held.get("costPerHour")), now_s)
         self.telemetry.scalers = len(scalers)
         return len(scalers)
+
+    def observe_shards(self, scalers: list[dict[str, Any]] | None = None) -> None:
+        """Re-read what the other shards' scalers hold (one paginated list), and this shard's budget."""
+        if self.sharded_budget is None:
+            return
+        self.sharded_budget.observe(scalers if scalers is not None else self.kube.list_scalers(self.settings.namespace))
+        self.budget.limits = self.sharded_budget.limits_now()
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         """The scaler was deleted: its placeholder goes with it (ownerReferences), so do its bookings."""
@@ -182,6 +207,9 @@ class ControllerService:
                   generation: int | None = None) -> Outcome:
         if self.shutdown is not None and self.shutdown.requested.is_set():
             raise ShuttingDown(f"stopping ({self.shutdown.reason}): no new period starts")
+        if self.shards is not None and not self.shards.owns(namespace, name):
+            # Another shard's scaler, or the fence does not hold now: nothing is read or written.
+            return Outcome({}, None, "OtherShard")
         token = self.loop.begin() if self.loop is not None else None
         try:
             return self._reconcile_period(name=name, namespace=namespace, uid=uid, spec=spec, status=status,
@@ -228,7 +256,7 @@ class ControllerService:
             self.budget.seed(uid, _int(held_before.get("gpus")), _float(held_before.get("costPerHour")), now_s)
             return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now)
 
-        cluster = KubeClusterPort(self.kube, ref, parsed)
+        cluster = KubeClusterPort(self.kube, ref, parsed, self.cache)
         try:
             found = cluster.conflicts()
         except ClusterError:
@@ -303,6 +331,15 @@ class ControllerService:
             events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
         if runtime.model.problem and runtime.model.version:
             events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))
+        if cluster.stale and self.cache is not None:
+            ages = self.cache.stale_for()
+            kept = (f"; kept {parsed.target.kind}/{parsed.target.name} at {cluster.scale.replicas} replicas instead "
+                    f"of scaling down to {cluster.held_down}" if cluster.held_down is not None and cluster.scale
+                    else "")
+            events.append(Event("Warning", "ClusterCacheStale", (
+                "the watch-fed cluster cache is stale (" + ", ".join(f"{r} {ages[r]:.0f} s" for r in cluster.stale)
+                + f", bound {self.cache.max_staleness_seconds:.0f} s): no scale-down and no new placeholder GPUs "
+                "until the watches catch up" + kept)))
         if parsed.mode == "keda":
             self.keda_board.publish(answer_for(result.decision, parsed, namespace=namespace, name=name,
                                                decided_at=result.now))
@@ -315,6 +352,8 @@ class ControllerService:
         for kind, problem in (("metrics", result.decision.metrics_problem), ("model", result.decision.model_problem)):
             if problem:
                 self.telemetry.error(namespace, name, kind)
+        if self.cache is not None:
+            self.telemetry.cache_staleness(self.cache.stale_for())
         self.telemetry.record(namespace, name, parsed, result, budget_gpus, reservation.allowed_gpus,
                               time.perf_counter() - started, self.settings.interval_seconds)
         log.info("reconciled", extra={"scaler": ref.describe(), "strategy": result.decision.strategy,

@@ -26,6 +26,9 @@ ENV_KEDA_PORT = ENV_PREFIX + "KEDA_PORT"
 DEFAULT_KEDA_PORT = 6000
 ENV_LIVENESS_TIMEOUT = ENV_PREFIX + "LIVENESS_TIMEOUT"
 ENV_READINESS_TIMEOUT = ENV_PREFIX + "READINESS_TIMEOUT"
+#: Sharding (controller/shards.py): the replica count; the index is the StatefulSet ordinal of $HOSTNAME.
+ENV_SHARD_COUNT = ENV_PREFIX + "SHARD_COUNT"
+ENV_SHARD_INDEX = ENV_PREFIX + "SHARD_INDEX"
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class ControllerSettings:
       the API server or Prometheus has been unreachable for longer than this. Default 60.
     - ``keda_port``: KEDA's external scaler gRPC API (scalers in mode keda); None: not served.
       Default 6000 (``PREDICTIVE_SCALER_KEDA_PORT``, ``off`` to disable).
+    - ``shard_count`` / ``shard_index`` (``PREDICTIVE_SCALER_SHARD_COUNT``; the index from
+      ``PREDICTIVE_SCALER_SHARD_INDEX`` or the StatefulSet ordinal ending ``$HOSTNAME``): this replica
+      reconciles only its shard of the scalers, fenced by a Lease (controller/shards.py). Default 1 / 0.
     """
 
     prometheus_url: str
@@ -94,8 +100,15 @@ class ControllerSettings:
     liveness_timeout_seconds: float | None = None
     readiness_timeout_seconds: float = 60.0
     keda_port: int | None = DEFAULT_KEDA_PORT
+    shard_count: int = 1
+    shard_index: int = 0
 
     def __post_init__(self) -> None:
+        if (isinstance(self.shard_count, bool) or not isinstance(self.shard_count, int) or self.shard_count < 1
+                or not isinstance(self.shard_index, int) or not 0 <= self.shard_index < self.shard_count):
+            raise ConfigError(f"shard {self.shard_index!r} of {self.shard_count!r}: the count must be a whole number "
+                              f"≥ 1 and the index in 0..count-1; set {ENV_SHARD_COUNT} to the StatefulSet's replicas",
+                              field="shardCount")
         if not isinstance(self.prometheus_url, str) or not self.prometheus_url.startswith(("http://", "https://")):
             raise ConfigError(f"Prometheus URL {self.prometheus_url!r} must start with http:// or https://, e.g. "
                               "http://prometheus-operated.monitoring.svc:9090; pass --prometheus-url",
@@ -149,6 +162,15 @@ class ControllerSettings:
         keda = environ.get(ENV_KEDA_PORT, "").strip()
         if keda:
             values["keda_port"] = None if keda.lower() == "off" else _port(keda, ENV_KEDA_PORT)
+        if environ.get(ENV_SHARD_COUNT, "").strip():
+            count = _number(environ[ENV_SHARD_COUNT].strip(), ENV_SHARD_COUNT)
+            values["shard_count"] = int(count) if count.is_integer() else count
+            index = environ.get(ENV_SHARD_INDEX, "").strip() or environ.get("HOSTNAME", "").rpartition("-")[2]
+            if not index.isdigit():
+                raise ConfigError(f"{ENV_SHARD_COUNT} is set but this replica has no shard index: set "
+                                  f"{ENV_SHARD_INDEX}, or run it in a StatefulSet (its pod name ends in the "
+                                  "ordinal)", field=ENV_SHARD_INDEX)
+            values["shard_index"] = int(index)
         for env, key in ((ENV_LIVENESS_TIMEOUT, "liveness_timeout_seconds"),
                          (ENV_READINESS_TIMEOUT, "readiness_timeout_seconds")):
             if environ.get(env, "").strip():

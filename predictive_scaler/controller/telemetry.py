@@ -18,7 +18,7 @@ import math
 import threading
 import typing
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -241,6 +241,11 @@ class Telemetry:
             if n:
                 self._m("predictive_scaler_api_retries_total").labels(
                     namespace, name, kind if kind in RETRY_KINDS else "unreachable").inc(n)
+
+    def cache_staleness(self, stale_for: Mapping[str, float]) -> None:
+        """The cluster cache's staleness per watched resource (kube/cache.py)."""
+        for resource, seconds in stale_for.items():
+            self._m("predictive_scaler_cluster_cache_staleness_seconds").labels(resource).set(seconds)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted scaler's series (a stale gauge would keep alerting)."""

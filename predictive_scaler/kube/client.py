@@ -16,6 +16,7 @@ exc``): 409 → ``ConflictError``, 429 → ``ThrottledError`` with Retry-After,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -173,6 +174,22 @@ API_CALLS: tuple[ApiCall, ...] = (
     ),
     ApiCall(
         "GET",
+        "/api/v1/pods",
+        "watch",
+        "",
+        "pods",
+        "the cluster cache (kube/cache.py): live pods, watched from the list's resourceVersion",
+    ),
+    ApiCall(
+        "GET",
+        "/api/v1/nodes",
+        "watch",
+        "",
+        "nodes",
+        "the cluster cache: GPU nodes, watched",
+    ),
+    ApiCall(
+        "GET",
         "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
         "get",
         "apps",
@@ -247,6 +264,62 @@ API_CALLS: tuple[ApiCall, ...] = (
         "not installed)",
     ),
     ApiCall(
+        "GET",
+        "/apis/autoscaling/{version}/horizontalpodautoscalers",
+        "list",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "the cluster cache: HPAs in all namespaces (paginated; v2, else v2beta2)",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/autoscaling/{version}/horizontalpodautoscalers",
+        "watch",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "the cluster cache: HPAs, watched (a namespaced controller watches its namespace's path)",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/keda.sh/v1alpha1/scaledobjects",
+        "list",
+        "keda.sh",
+        "scaledobjects",
+        "the cluster cache: KEDA ScaledObjects in all namespaces (404 = KEDA not installed)",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/keda.sh/v1alpha1/scaledobjects",
+        "watch",
+        "keda.sh",
+        "scaledobjects",
+        "the cluster cache: ScaledObjects, watched",
+    ),
+    ApiCall(
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+        "list",
+        "coordination.k8s.io",
+        "leases",
+        "sharding: read every shard's Lease (label predictive-scaler.io/shard) in the controller's namespace",
+    ),
+    ApiCall(
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+        "create",
+        "coordination.k8s.io",
+        "leases",
+        "sharding: create this replica's shard Lease the first time",
+    ),
+    ApiCall(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+        "update",
+        "coordination.k8s.io",
+        "leases",
+        "sharding: acquire (when expired) and renew this replica's shard Lease (resourceVersion precondition)",
+    ),
+    ApiCall(
         "POST",
         "/api/v1/namespaces/{namespace}/events",
         "create",
@@ -289,10 +362,11 @@ API_CALLS: tuple[ApiCall, ...] = (
 )
 
 
-def api_call_for(method: str, path: str) -> ApiCall | None:
-    """The ``API_CALLS`` entry a request (method, path without query) belongs to."""
+def api_call_for(method: str, path: str, *, watch: bool = False) -> ApiCall | None:
+    """The ``API_CALLS`` entry a request (method, path without query) belongs to; ``watch``: the
+    request carried ``watch=true`` (a watch of that collection, its own RBAC verb)."""
     for call in API_CALLS:
-        if call.matches(method, path):
+        if (call.verb == "watch") == watch and call.matches(method, path):
             return call
     return None
 
@@ -460,6 +534,10 @@ _MERGE_PATCH = "application/merge-patch+json"
 _JSON = "application/json"
 #: Seconds a PriorityClass value is trusted before it is read again (it rarely changes).
 PRIORITY_CLASS_TTL = 300.0
+#: Items per page of a paginated list (``limit``; the API server's own default cap is 500).
+LIST_PAGE_SIZE = 500
+#: Pods that hold resources: neither Succeeded nor Failed (a field selector, server-side).
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class KubeCluster:
@@ -566,6 +644,82 @@ class KubeCluster:
             retry_conflicts=retry_conflicts,
             what=what,
         )
+
+    # -- paginated lists and watch streams (used by kube/cache.py) ----------
+
+    def list_paginated(
+        self, path: str, query: Mapping[str, str] | None = None, *, what: str, page_size: int = LIST_PAGE_SIZE
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a collection, ``page_size`` at a time (``limit``/``continue``), and the
+        list's resourceVersion (where a watch starts). A 410 on a continue token (expired while
+        paging) restarts the list from the top, once."""
+        for _attempt in range(2):
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    params = {**(query or {}), "limit": str(page_size)}
+                    if token:
+                        params["continue"] = token
+                    answer: dict[str, Any] = self._retrying(
+                        functools.partial(self._request, "GET", path, what=what, query=params), what)
+                    items.extend(_items(answer, what))
+                    meta = answer.get("metadata") or {}
+                    token = meta.get("continue") or None
+                    if not token:
+                        return items, str(meta.get("resourceVersion") or "")
+            except ClusterError as exc:
+                if exc.status != 410 or token is None:
+                    raise
+        raise ClusterError(f"{what}: the list kept expiring while paging (HTTP 410); it is retried")
+
+    def watch_stream(
+        self, path: str, resource_version: str, *, what: str, timeout_seconds: int = 300,
+        query: Mapping[str, str] | None = None, opened: Callable[[], None] | None = None,
+    ) -> Iterable[dict[str, Any]]:
+        """Watch events (``{"type", "object"}``) after ``resource_version``, as the server sends them,
+        until it closes the stream (``timeoutSeconds``). An ``ERROR`` event becomes a ClusterError
+        carrying its code (410 Gone: the resourceVersion is too old — re-list)."""
+        params = {**(query or {}), "watch": "true", "resourceVersion": resource_version,
+                  "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
+        try:
+            _, url, headers, _, _ = self._api.param_serialize(
+                method="GET", resource_path=path, query_params=list(params.items()),
+                header_params={"Accept": _JSON}, auth_settings=["BearerToken"])
+            response = self._api.call_api("GET", url, header_params=headers,
+                                          _request_timeout=(self._timeout, timeout_seconds + 30))
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterError(f"{what}: cannot open the watch ({type(exc).__name__}: {exc})",
+                               status=getattr(exc, "status", None) or None, retryable=True) from exc
+        if not 200 <= response.status < 300:
+            raise _error_from_response(response.status, response.read(), response.headers, what)
+        if opened is not None:
+            opened()
+        raw: Any = getattr(response, "response", response)
+        buffer = b""
+        try:
+            for chunk in raw.stream(65536, decode_content=True):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError as exc:
+                        raise ClusterError(f"{what}: a watch event is not JSON") from exc
+                    if event.get("type") == "ERROR":
+                        status = (event.get("object") or {}).get("code")
+                        raise ClusterError(f"{what}: the watch ended with an error "
+                                           f"({(event.get('object') or {}).get('message', '')})",
+                                           status=int(status) if isinstance(status, int) else None,
+                                           retryable=True)
+                    yield event
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterError(f"{what}: the watch broke ({type(exc).__name__}: {exc})", retryable=True) from exc
+        finally:
+            if hasattr(raw, "release_conn"):
+                raw.release_conn()
 
     def ping(self, timeout: float) -> str | None:
         """None when the API server answers ``/version`` within ``timeout`` s, else why not. No retries."""
@@ -682,27 +836,16 @@ class KubeCluster:
                 "the CRD)"
             )
         what = f"list pods {selector!r} in {namespace}"
-        answer = self._retrying(
-            lambda: self._request(
-                "GET",
-                f"/api/v1/namespaces/{_seg(namespace)}/pods",
-                what=what,
-                query={"labelSelector": selector},
-            ),
-            what,
+        items, _ = self.list_paginated(
+            f"/api/v1/namespaces/{_seg(namespace)}/pods", {"labelSelector": selector}, what=what
         )
-        return count_pods(_items(answer, what))
+        return count_pods(items)
 
     def list_gpu_nodes(self, selector: str | None = None) -> NodeCapacity:
         """Allocatable, requested and free GPUs over ready, schedulable GPU nodes."""
         what = "list GPU nodes"
         query = {"labelSelector": selector} if selector else None
-        nodes = _items(
-            self._retrying(
-                lambda: self._request("GET", "/api/v1/nodes", what=what, query=query), what
-            ),
-            what,
-        )
+        nodes, _ = self.list_paginated("/api/v1/nodes", query, what=what)
         allocatable = {}
         for node in nodes:
             gpus = _quantity_int(
@@ -713,18 +856,7 @@ class KubeCluster:
         if not allocatable:
             return NodeCapacity(0, 0, 0, 0, 0)
         what = "list pods on GPU nodes"
-        pods = _items(
-            self._retrying(
-                lambda: self._request(
-                    "GET",
-                    "/api/v1/pods",
-                    what=what,
-                    query={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
-                ),
-                what,
-            ),
-            what,
-        )
+        pods, _ = self.list_paginated("/api/v1/pods", {"fieldSelector": LIVE_PODS}, what=what)
         requested = dict.fromkeys(allocatable, 0)
         placeholder = 0
         for pod in pods:
@@ -920,15 +1052,10 @@ class KubeCluster:
         namespace = _seg(target.namespace)
         what = f"list HPAs in {target.namespace}"
 
-        def list_hpas(version: str) -> Any:
-            return self._retrying(
-                lambda: self._request(
-                    "GET",
-                    f"/apis/autoscaling/{version}/namespaces/{namespace}/horizontalpodautoscalers",
-                    what=what,
-                ),
-                what,
-            )
+        def list_hpas(version: str) -> list[dict[str, Any]]:
+            return self.list_paginated(
+                f"/apis/autoscaling/{version}/namespaces/{namespace}/horizontalpodautoscalers", what=what
+            )[0]
 
         try:
             answer = list_hpas(self.hpa_version())
@@ -937,45 +1064,17 @@ class KubeCluster:
                 raise
             # The server changed (an upgrade dropped the version we found): discover again.
             answer = list_hpas(self.hpa_version(refresh=True))
-        hpas = _items(answer, what)
-        found = [
-            ConflictingAutoscaler(
-                "HorizontalPodAutoscaler",
-                hpa["metadata"]["name"],
-                target.namespace,
-                owner_scaled_object=_owner(hpa, "ScaledObject"),
-            )
-            for hpa in hpas
-            if _targets(((hpa.get("spec") or {}).get("scaleTargetRef")) or {}, target, None)
-        ]
+        found = list(hpa_conflicts(answer, target))
         what = f"list KEDA ScaledObjects in {target.namespace}"
         try:
-            scaled_objects = _items(
-                self._retrying(
-                    lambda: self._request(
-                        "GET",
-                        f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects",
-                        what=what,
-                    ),
-                    what,
-                ),
-                what,
+            scaled_objects, _ = self.list_paginated(
+                f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects", what=what
             )
         except ClusterError as exc:
             if exc.status != 404:
                 raise
             scaled_objects = []  # the CRD is not installed: KEDA is absent
-        found.extend(
-            ConflictingAutoscaler(
-                "ScaledObject",
-                so["metadata"]["name"],
-                target.namespace,
-                external_scalers=external_scaler_names(so),
-            )
-            for so in scaled_objects
-            # KEDA defaults an omitted kind/apiVersion to an apps/v1 Deployment.
-            if _targets(((so.get("spec") or {}).get("scaleTargetRef")) or {}, target, "apps/v1")
-        )
+        found.extend(scaled_object_conflicts(scaled_objects, target))
         return tuple(found)
 
     # -- events and the custom resource ---------------------------------------
@@ -1019,7 +1118,27 @@ class KubeCluster:
             else f"{_CR_PREFIX}/{manifests.PLURAL}"
         )
         what = f"list PredictiveScalers in {namespace or 'all namespaces'}"
-        return _items(self._retrying(lambda: self._request("GET", path, what=what), what), what)
+        return self.list_paginated(path, what=what)[0]
+
+    # -- shard Leases (controller/shards.py) ------------------------------------
+
+    def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        what = f"list shard Leases in {namespace}"
+        return self.list_paginated(
+            f"/apis/coordination.k8s.io/v1/namespaces/{_seg(namespace)}/leases", {"labelSelector": selector},
+            what=what,
+        )[0]
+
+    def write_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease (no resourceVersion in ``body``) or replace it (with one: 409 when it changed
+        since it was read — someone else renewed it). No retry on 409: the caller re-reads."""
+        name = body["metadata"]["name"]
+        what = f"write Lease {namespace}/{name}"
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{_seg(namespace)}/leases"
+        if (body.get("metadata") or {}).get("resourceVersion"):
+            return self._retrying(
+                lambda: self._request("PUT", f"{base}/{_seg(name)}", what=what, body=body, write=True), what)
+        return self._retrying(lambda: self._request("POST", base, what=what, body=body, write=True), what)
 
     def patch_status(
         self, scaler_name: str, namespace: str, status: Mapping[str, Any]
@@ -1236,6 +1355,39 @@ def _quantity_int(value: Any) -> int:
     if amount != amount.to_integral_value() or amount < 0:
         raise DataError(f"GPU quantity {value!r} is not a whole number ≥ 0; GPUs are counted in units")
     return int(amount)
+
+
+def hpa_conflicts(
+    hpas: Iterable[Mapping[str, Any]], target: WorkloadRef
+) -> Iterable[ConflictingAutoscaler]:
+    """The HPAs (of the target's namespace) whose scaleTargetRef is ``target``."""
+    for hpa in hpas:
+        meta = hpa.get("metadata") or {}
+        if meta.get("namespace", target.namespace) != target.namespace:
+            continue
+        if _targets(((hpa.get("spec") or {}).get("scaleTargetRef")) or {}, target, None):
+            yield ConflictingAutoscaler("HorizontalPodAutoscaler", meta["name"], target.namespace,
+                                        owner_scaled_object=_owner(hpa, "ScaledObject"))
+
+
+def scaled_object_conflicts(
+    scaled_objects: Iterable[Mapping[str, Any]], target: WorkloadRef
+) -> Iterable[ConflictingAutoscaler]:
+    """The KEDA ScaledObjects (of the target's namespace) whose scaleTargetRef is ``target``."""
+    for so in scaled_objects:
+        meta = so.get("metadata") or {}
+        if meta.get("namespace", target.namespace) != target.namespace:
+            continue
+        # KEDA defaults an omitted kind/apiVersion to an apps/v1 Deployment.
+        if _targets(((so.get("spec") or {}).get("scaleTargetRef")) or {}, target, "apps/v1"):
+            yield ConflictingAutoscaler("ScaledObject", meta["name"], target.namespace,
+                                        external_scalers=external_scaler_names(so))
+
+
+def node_gpus(node: Mapping[str, Any], resource: str = manifests.GPU_RESOURCE) -> int:
+    """Allocatable GPUs of a ready, schedulable node (0 otherwise)."""
+    gpus = _quantity_int(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+    return gpus if gpus > 0 and _node_usable(node) else 0
 
 
 def _node_usable(node: Mapping[str, Any]) -> bool:

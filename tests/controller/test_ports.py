@@ -229,3 +229,50 @@ def test_settings_from_the_deploy_configmap() -> None:
     s = ControllerSettings.from_env(env, interval_seconds=30.0, namespace=None)
     assert (s.interval_seconds, s.cluster_budget.max_gpus, s.cluster_budget.max_cost_per_hour) == (30.0, 8, None)
     assert s.liveness_timeout_seconds == 150.0 and timedelta(seconds=s.interval_seconds)
+
+
+# -- the watch-fed cluster cache ------------------------------------------------------------
+
+def _cached_port(fake_api: FakeApiServer, kube: KubeCluster, cache: Any) -> KubeClusterPort:
+    obj = scaler(fake_api)
+    return KubeClusterPort(kube, ScalerRef(TARGET, NS, obj["metadata"]["uid"]), ScalerSpec.from_dict(obj["spec"]),
+                           cache)
+
+
+def test_a_fresh_cache_replaces_the_pod_node_and_autoscaler_lists(fake_api: FakeApiServer, kube: KubeCluster) -> None:
+    from predictive_scaler.kube.cache import ClusterCache
+
+    install(fake_api, replicas=4, ready=3, gpu_nodes=2)
+    cache = ClusterCache(kube, watch_timeout_seconds=1, resync_seconds=300.0).start()
+    try:
+        assert cache.wait_synced(10)
+        before = len(fake_api.requests)
+        p = _cached_port(fake_api, kube, cache)
+        assert p.conflicts() == ()
+        state = p.observe(None)  # type: ignore[arg-type]
+        assert (state.desired_replicas, state.ready_replicas, state.starting_replicas) == (4, 3, 1)
+        assert state.free_gpus == 16 - 4 and p.stale == ()
+        lists = [r for r in fake_api.requests[before:] if r.query.get("watch") != "true"
+                 and (r.path.endswith("/pods") or r.path.endswith("/nodes") or "autoscalers" in r.path
+                      or "scaledobjects" in r.path)]
+        assert lists == [], "a reconcile on a fresh cache lists nothing"
+    finally:
+        cache.stop(join_seconds=10)
+
+
+@pytest.mark.parametrize("decided, kept", [(2, 5), (7, 7)], ids=["scale-down-held", "scale-up-allowed"])
+def test_a_stale_cache_never_scales_down_and_grants_no_free_gpus(fake_api: FakeApiServer, kube: KubeCluster,
+                                                                 decided: int, kept: int) -> None:
+    from predictive_scaler.kube.cache import ClusterCache
+
+    install(fake_api, replicas=5, ready=5, gpu_nodes=2)
+    cache = ClusterCache(kube)  # never started: nothing listed, stale
+    p = _cached_port(fake_api, kube, cache)
+    state = p.observe(None)  # type: ignore[arg-type]
+    assert p.stale == ("pods", "nodes")
+    assert state.ready_replicas == 5, "pods are read directly instead"
+    assert state.free_gpus == 0, "free GPUs unknown on a stale cache: none granted"
+    assert p.conflicts() == (), "conflicts are read directly"
+    p.apply(decision(decided, 0), None)  # type: ignore[arg-type]
+    assert fake_api.get("apps/v1", "Deployment", NS, TARGET)["spec"]["replicas"] == kept
+    assert p.held_down == (decided if decided < 5 else None)

@@ -7,6 +7,7 @@ import json
 import math
 import random
 import socket
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from predictive_scaler.errors import (
     ThrottledError,
 )
 from predictive_scaler.kube import manifests
+from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import (
     API_CALLS,
     ConflictingAutoscaler,
@@ -337,7 +339,7 @@ def test_list_pods_counts_ready_and_starting(fake_api, cluster, pods, expected):
     fake_api.add_pod("elsewhere", "llm-x", {"app": "llm"})
     assert cluster.list_pods(NS, "app=llm") == expected
     (request,) = fake_api.requests
-    assert request.query == {"labelSelector": "app=llm"}
+    assert request.query == {"labelSelector": "app=llm", "limit": "500"}  # paginated
 
 
 def test_list_pods_refuses_an_empty_selector(fake_api, cluster):
@@ -366,7 +368,7 @@ def test_list_gpu_nodes_sums_free_gpus_per_usable_node(fake_api, cluster):
     assert capacity.free_gpus == 0 + 6  # node a cannot lend its deficit to node b
     pods_request = fake_api.requests[-1]
     assert pods_request.path == "/api/v1/pods"
-    assert pods_request.query == {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+    assert pods_request.query == {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed", "limit": "500"}
 
 
 def test_no_gpu_nodes_skips_the_cluster_wide_pod_list(fake_api, cluster):
@@ -760,7 +762,27 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     assert cluster.ping(timeout=2.0) is None
     _serve_hpa_versions(fake_api, ("v2beta2",))  # an older server: the v2beta2 row
     cluster.list_conflicting_autoscalers(DEPLOYMENT)
-    used = {api_call_for(method, path) for method, path in fake_api.calls()}
+    # Shard Leases: create, list, renew (replace with the resourceVersion read).
+    fake_api.register_type(ResourceType("coordination.k8s.io", "v1", "Lease", "leases", builtin=False))
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "predictive-scaler-shard-0", "namespace": "predictive-scaler-system",
+                          "labels": {"predictive-scaler.io/shard": "0"}}, "spec": {"holderIdentity": "me"}}
+    created = cluster.write_lease("predictive-scaler-system", lease)
+    (listed,) = cluster.list_leases("predictive-scaler-system", "predictive-scaler.io/shard")
+    assert listed["metadata"]["name"] == created["metadata"]["name"]
+    cluster.write_lease("predictive-scaler-system", {**lease, "metadata": {
+        **lease["metadata"], "resourceVersion": created["metadata"]["resourceVersion"]}})
+    # The watch-fed cache: cluster-wide lists, then a watch of each collection.
+    cache = ClusterCache(cluster, watch_timeout_seconds=1, resync_seconds=300.0).start()
+    try:
+        assert cache.wait_synced(10)
+        deadline = time.monotonic() + 10
+        while len({r.path for r in fake_api.requests if r.query.get("watch") == "true"}) < 4:
+            assert time.monotonic() < deadline, "the cache did not watch its four collections within 10 s"
+            time.sleep(0.05)
+    finally:
+        cache.stop(join_seconds=10)
+    used = {api_call_for(r.method, r.path, watch=r.query.get("watch") == "true") for r in fake_api.requests}
     assert used == set(API_CALLS)
 
 
