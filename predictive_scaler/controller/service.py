@@ -60,6 +60,7 @@ from predictive_scaler.controller.status import (
     refused_status,
 )
 from predictive_scaler.controller.telemetry import Telemetry
+from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.errors import ClusterError, ConfigError, ShuttingDown
 from predictive_scaler.forecasting.store import ModelStore
@@ -70,7 +71,6 @@ from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
-from predictive_scaler.retrain import shard_of
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 

@@ -1,7 +1,7 @@
 """Sharding: N controller replicas, each acting only on the scalers of its shard, fenced by Leases.
 
 A StatefulSet of N replicas runs one controller per ordinal; replica ``i`` of ``n`` reconciles the
-PredictiveScalers whose stable hash ``retrain.shard_of("namespace/name", n)`` is ``i``. Two replicas
+PredictiveScalers whose stable hash ``core.sharding.shard_of("namespace/name", n)`` (the retraining job's split) is ``i``. Two replicas
 must never act on the same scaler, including while ``n`` changes (a rollout runs old and new
 replicas side by side, and an old replica may still be mid-period). The fence:
 
@@ -40,8 +40,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from predictive_scaler.controller.settings import ClusterBudgetLimits
+from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.errors import ClusterError, ConfigError
-from predictive_scaler.retrain import shard_of
 
 log = logging.getLogger("predictive_scaler.controller.shards")
 

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Mapping
 
+from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.retrain.settings import ScalerTarget
 
 #: Environment of a Kubernetes Indexed Job pod (the index is set by Kubernetes; the count by our Job).
 SHARD_INDEX_ENV = "JOB_COMPLETION_INDEX"
 SHARD_COUNT_ENV = "JOB_COMPLETIONS"
-
-
-def shard_of(key: str, count: int) -> int:
-    """Stable shard of ``namespace/name`` (same in every pod and Python run, unlike ``hash``)."""
-    if count < 1:
-        raise ConfigError(f"shard count must be at least 1, got {count}", field="shard_count")
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % count
 
 
 def select_shard(targets: Iterable[ScalerTarget], index: int, count: int) -> list[ScalerTarget]:
