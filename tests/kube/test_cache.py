@@ -93,8 +93,9 @@ def test_lists_are_paginated_and_keda_absent_is_empty(fake_api, cluster, cache):
     assert cache.wait_synced(10)
     pod_lists = [r for r in fake_api.requests if r.path == "/api/v1/pods" and "watch" not in r.query]
     assert pod_lists and all(r.query.get("limit") == "500" for r in pod_lists)
-    assert any(r.query.get("watch") == "true" and r.query.get("resourceVersion") for r in fake_api.requests
-               if r.path == "/api/v1/pods")
+    # The watch from the list's resourceVersion opens just after the list synced the cache.
+    _eventually(lambda: any(r.query.get("watch") == "true" and r.query.get("resourceVersion")
+                            for r in list(fake_api.requests) if r.path == "/api/v1/pods"))
     assert cache.reflectors[SCALED_OBJECTS].absent and cache.fresh(SCALED_OBJECTS)
     # Absent stays known-current: asked again at every watch timeout (1 s here), so never stale.
     _eventually(lambda: cache.reflectors[SCALED_OBJECTS].absent_checks >= 3)
