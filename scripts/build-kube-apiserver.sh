@@ -58,13 +58,14 @@ if [ ! -f "$dsc" ]; then
     mkdir -p "$priv/lists/partial" "$priv/archives/partial"
     keyring=/usr/share/keyrings/debian-archive-keyring.gpg
     signed=""; [ -f "$keyring" ] && signed="[signed-by=$keyring] "
-    printf 'deb-src %shttp://deb.debian.org/debian bookworm main\n' "$signed" > "$priv/sources.list"
+    archive=$(bash "$(dirname "${BASH_SOURCE[0]}")/debian-archive-uri.sh") || die "no Debian archive configured for apt"
+    printf 'deb-src %s%s bookworm main\n' "$signed" "$archive" > "$priv/sources.list"
     opts=(-o "Dir::Etc::SourceList=$priv/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
           -o "Dir::State::Lists=$priv/lists" -o "Dir::Cache::Archives=$priv/archives"
           -o "APT::Sandbox::User=root")
     apt-get "${opts[@]}" update -qq >&2 \
       || die "apt-get update with a bookworm deb-src line failed; add one to /etc/apt/sources.list.d
-  (Types: deb-src, URIs: http://deb.debian.org/debian, Suites: bookworm, Components: main) and run apt-get update"
+  (Types: deb-src, URIs: <your Debian archive>, Suites: bookworm, Components: main) and run apt-get update"
     fetch_source "${opts[@]}" >&2 || die "apt-get source kubernetes=$DEB_VERSION failed (see above)"
   fi
 fi
