@@ -64,6 +64,14 @@ class ForecastView:
         hi = min(max(hi, lo), n - 1)
         return float(np.max(self.pq[lo:hi + 1])), covered
 
+    def spread_over(self, start: float, end: float) -> float:
+        """How far the planned-on quantile's peak over [start, end] lies above the P50's (≥ 0; 0 without a P50)."""
+        if self.p50 is None or len(self.p50) != len(self.pq):
+            return 0.0
+        top, _ = self.max_over(start, end)
+        median, _ = ForecastView(self.issued_at, self.step_seconds, self.p50, None, self.model).max_over(start, end)
+        return max(0.0, top - median)
+
 
 def view_forecast(
     forecast: Forecast | None, quantile: float, now: float, max_lag_steps: int = 2

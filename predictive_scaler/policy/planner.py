@@ -38,6 +38,14 @@ from predictive_scaler.spec import ScalerSpec
 
 __all__ = ["ClusterState", "Decision", "DemandSample", "PlannerState", "plan"]
 
+#: With replicas ahead, the plan releases below the HPA floor only while its forecast over the lead
+#: time is at least this share of the demand observed now (else the model lags a level shift).
+CAUGHT_UP_RATIO = 0.8
+#: A release below the current replicas must fit the planned-on quantile plus this many times its
+#: spread above the P50 (roughly P85 → P90 for a normal forecast): releases need more confidence than
+#: holding, since a node released and soon needed again comes back only after a cold start.
+RELEASE_SPREAD = 0.5
+
 
 @dataclass(frozen=True)
 class ClusterState:
@@ -276,7 +284,22 @@ def plan(
             # The floor: the reactive counterfactual — or, with replicas ahead (the forecast is the
             # stabilisation), the replicas the demand observed now needs.
             floor = clamp(replicas_for(value, cap), lo, hi) if ahead else cf
+            if ahead and size_pod < value * CAUGHT_UP_RATIO:
+                # A forecast far below the demand observed now has not caught up with a level shift:
+                # it is no ground for releasing below the HPA's floor (its scale-down window).
+                floor = cf
             want = max(predicted, floor)
+            if ahead and want < current:
+                # A confident release: fewer replicas than now only when the forecast's upper band
+                # (planned-on quantile + RELEASE_SPREAD × its spread above the P50) fits them, so a
+                # forecast hovering at a node boundary does not release a node it soon needs again
+                # (once that node is consolidated away, getting it back costs a cold start).
+                band = (q_pod + RELEASE_SPREAD * view.spread_over(t, t + lead_pod)) * peak
+                held = min(current, max(want, clamp(replicas_for(band, cap), lo, hi)))
+                if held > want:
+                    reasons.append(f"releasing only to {held} replicas, not {want}: the forecast's upper band "
+                                   f"({band:.4g} {unit}) does not fit fewer")
+                want = held
             desired = budget_policy.most_within(min(want, cf), want, lambda d: speculative(d, 0) <= allow.gpus)
             if want > cf:
                 cost = allow.cost(speculative(desired, 0))

@@ -140,10 +140,11 @@ def test_fill_nodes(max_gpus: int, fill: bool, p95: float, expected: int) -> Non
     assert d.reactive_replicas == 5
 
 
-@pytest.mark.parametrize(("ahead", "expected"), [(True, 10), (False, 20)], ids=["forecast-stabilises", "hpa-window"])
+@pytest.mark.parametrize(("ahead", "expected"), [(True, 11), (False, 20)], ids=["forecast-stabilises", "hpa-window"])
 def test_replicas_ahead_release_when_the_forecast_falls(ahead: bool, expected: int) -> None:
     """Demand falls from 20 to 10 and the forecast agrees: with replicas ahead the planner releases at
-    once (the forecast is the stabilisation); otherwise the reactive floor holds 20 for its 300 s window."""
+    once (the forecast is the stabilisation) down to its upper band — P95 10 plus half its spread of 1
+    above the P50 = 10.5, so 11; otherwise the reactive floor holds 20 for its 300 s window."""
     spec = _ahead_spec(8, ahead=ahead, fill=False)
     state, replicas = PlannerState(), 20
     decisions = []
@@ -157,3 +158,30 @@ def test_replicas_ahead_release_when_the_forecast_falls(ahead: bool, expected: i
     assert decisions[-1].desired_replicas == expected
     assert decisions[-1].reactive_replicas == 20  # the counterfactual is still in its scale-down window
     assert all(x.speculative_gpus <= 8 for x in decisions)
+
+
+@pytest.mark.parametrize(
+    ("demand", "p50", "p95", "expected"),
+    [
+        (10.0, 9.7, 9.8, 10),    # a tight forecast that fits 10: release from 20 to 10
+        (10.0, 6.0, 9.8, 12),    # the same P95 with a wide spread: release only to its upper band 11.7
+        (15.0, 4.0, 5.0, 20),    # the forecast is far below the demand now (a level shift it has not seen):
+                                 # the HPA floor (its scale-down window, 20) holds, no release
+    ],
+    ids=["confident-release", "wide-band-holds-more", "lagging-forecast-keeps-hpa-floor"],
+)
+def test_release_needs_a_confident_forecast(demand: float, p50: float, p95: float, expected: int) -> None:
+    """With replicas ahead, a release below the current replicas needs the forecast's upper band to fit
+    and a forecast that has caught up with the demand observed now."""
+    spec = _ahead_spec(8, ahead=True, fill=False)
+    state, replicas = PlannerState(), 20
+    for i in range(3):  # the counterfactual settles at 20 on demand 20
+        now = START + timedelta(minutes=i)
+        decision, state = plan(spec, _forecast(now, 19.0, 20.0), DemandSample(20.0, now),
+                               ClusterState(desired_replicas=replicas, ready_replicas=replicas), state, now)
+        replicas = decision.desired_replicas
+    now = START + timedelta(minutes=3)
+    decision, _ = plan(spec, _forecast(now, p50, p95), DemandSample(demand, now),
+                       ClusterState(desired_replicas=replicas, ready_replicas=replicas), state, now)
+    assert decision.reactive_replicas == 20
+    assert decision.desired_replicas == expected
