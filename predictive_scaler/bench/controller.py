@@ -173,7 +173,7 @@ def _by_verb_resource(events: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], periods: int,
-        pods_scalers: int) -> dict[str, Any]:
+        pods_scalers: int, profile: Path | None = None) -> dict[str, Any]:
     import logging
 
     logging.getLogger("predictive_scaler").setLevel(logging.WARNING)  # one info line per reconcile otherwise
@@ -276,8 +276,20 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
                     if outcome.result is None:
                         refused.append(f"{name}: {outcome.refused}")
 
-                with ThreadPoolExecutor(WORKERS) as pool:
-                    list(pool.map(one, active))
+                if profile is not None:
+                    # One thread under cProfile (it follows only the thread that enables it).
+                    import cProfile
+
+                    profiler = cProfile.Profile(time.thread_time)
+                    profiler.enable()
+                    for name in active:
+                        one(name)
+                    profiler.disable()
+                    profile.parent.mkdir(parents=True, exist_ok=True)
+                    profiler.dump_stats(str(profile.with_suffix(f".{len(active)}.{label.split()[0]}.prof")))
+                else:
+                    with ThreadPoolExecutor(WORKERS) as pool:
+                        list(pool.map(one, active))
                 cpu = time.process_time() - cpu0
                 wall = time.perf_counter() - wall0
                 events, _ = _audit_since(audit, offset, user)
@@ -425,10 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods-scalers", type=int, default=1000,
                         help="scalers reconciled at the later pod counts (≤ the largest --scalers)")
     parser.add_argument("--periods", type=int, default=3)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="run each period in one thread under cProfile, stats to PROFILE.<N>.<period>.prof")
     args = parser.parse_args(argv)
     scalers = [int(x) for x in args.scalers.split(",") if x]
     pods = [int(x) for x in args.pods.split(",") if x]
-    run(args.out, scalers, pods, args.periods, args.pods_scalers)
+    run(args.out, scalers, pods, args.periods, args.pods_scalers, args.profile)
     print(args.out.read_text())
     return 0
 
