@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -260,6 +261,7 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
                 listed = admin.get(scaler_api + "?limit=5000")
                 objects = {o["metadata"]["name"]: o for o in listed["items"]}
                 offset = audit.stat().st_size
+                load0 = os.getloadavg()[0]
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 started_at = datetime.now(UTC)
                 own: list[float] = []
@@ -303,7 +305,8 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
                 return {"label": label, "scalers": len(active), "pods": pods, "cpu_s": cpu, "wall_s": wall,
                         "own_ms": own, "missed": sum(1 for e in ends if e > PERIOD_SECONDS),
                         "requests": _by_verb_resource(events), "requests_total": len(events),
-                        "patch_latency_s": patches, "refused": refused[:5], "rss_mib": _rss_mib()}
+                        "patch_latency_s": patches, "refused": refused[:5], "rss_mib": _rss_mib(),
+                        "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
             uids: dict[str, str] = {}
             labels = ["first (load + verify models, forecast)", "new model step (fresh forecasts)",
@@ -360,7 +363,6 @@ def _posted(admin: _Api, scaler_api: str, names: Sequence[str]) -> list[dict[str
 
 
 def _machine() -> str:
-    import os
     import platform
 
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -392,9 +394,13 @@ def markdown(r: dict[str, Any]) -> str:
         "Prometheus run in other processes and are not counted. Periods run back to back on the injected "
         "clock; *cores* = CPU seconds of the period / 60 s. Pods are created directly (no kubelet).",
         "",
+        "*Load* is the machine's 1-minute load average at the period's start / end (2 cores shared with other "
+        "jobs, the API server, etcd and Prometheus included): with more than 2 runnable tasks the controller "
+        "waits for a core, so wall time (and *missed*) includes that wait while *CPU s* does not.",
+        "",
         "| scalers | pods | period | CPU s (process) | cores | own ms/reconcile median | p95 | wall s | missed | "
-        "API requests | scale PATCH latency p50 / max s | RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "API requests | scale PATCH latency p50 / max s | RSS MiB | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for block in r["results"]:
         for row in block["periods"]:
@@ -404,7 +410,16 @@ def markdown(r: dict[str, Any]) -> str:
                 f"| {block['scalers']} | {block['pods']} | {row['label']} | {row['cpu_s']:.1f} | "
                 f"{row['cpu_s'] / PERIOD_SECONDS:.2f} | {statistics.median(row['own_ms']):.1f} | "
                 f"{_pct(row['own_ms'], 0.95):.1f} | {row['wall_s']:.1f} | {row['missed']} | "
-                f"{row['requests_total']} | {lat_s} | {row['rss_mib']:.0f} |")
+                f"{row['requests_total']} | {lat_s} | {row['rss_mib']:.0f} | {_load(row)} |")
+    late = [(block, row) for block in r["results"] for row in block["periods"] if row["missed"]]
+    if late:
+        lines += ["", "Periods with late scalers:"]
+        for block, row in late:
+            why = ("CPU s < 60: the process needed less than one core but waited for one (load "
+                   f"{_load(row)} on 2 cores)" if row["cpu_s"] < PERIOD_SECONDS else
+                   "CPU s ≥ 60: more than one core of work")
+            lines.append(f"- {block['scalers']} scalers, {block['pods']} pods, {row['label']}: {row['missed']} "
+                         f"late, wall {row['wall_s']:.0f} s, CPU {row['cpu_s']:.0f} s — {why}")
     lines += ["", "## Steady state (one fresh-forecast period in five)", "",
               "| scalers | pods | CPU s / period | cores | API requests / period (reused-forecast period) | "
               "per scaler | peak RSS MiB |", "|---|---|---|---|---|---|---|"]
@@ -427,6 +442,11 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", f"Set-up times (s): {json.dumps({k: round(v, 1) for k, v in r['setup'].items()})}. "
               f"Cache at the end: {r['cache_sizes']}.", ""]
     return "\n".join(lines)
+
+
+def _load(row: dict[str, Any]) -> str:
+    load = row.get("load")
+    return "—" if not load else f"{load[0]:.1f} / {load[1]:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -314,3 +314,17 @@ def test_the_keda_values_move_or_remove_the_external_scaler_api():
     assert one(off, "ConfigMap", "predictive-scaler-settings")["data"]["PREDICTIVE_SCALER_KEDA_PORT"] == "off"
     assert len(one(off, "NetworkPolicy", "predictive-scaler")["spec"]["ingress"]) == 1
     assert "keda" not in {p["name"] for p in _container(off, "Deployment")["ports"]}
+
+
+@pytest.mark.parametrize("values, mode", [
+    (None, "ReadWriteOnce"),
+    (SHARDED, "ReadWriteMany"),
+    ({**SHARDED, "modelStore": {"accessMode": "ReadWriteOnce"}}, "ReadWriteOnce"),
+    ({"modelStore": {"accessMode": "ReadWriteMany"}}, "ReadWriteMany"),
+], ids=["one-controller", "shards", "shards-keeping-an-existing-claim", "chosen"])
+def test_the_model_store_is_shared_by_every_shard(values, mode):
+    objs = helm_render(values)
+    assert one(objs, "PersistentVolumeClaim", "predictive-scaler-models")["spec"]["accessModes"] == [mode]
+    shards = (values or {}).get("sharding", {}).get("replicas", 1)
+    workloads = [o["kind"] for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
+    assert workloads == (["StatefulSet"] if shards > 1 else ["Deployment"])
