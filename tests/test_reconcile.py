@@ -14,6 +14,7 @@ from fakes import FakeCluster, FakeMetrics, FakeModel
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import ClusterError
 from predictive_scaler.policy import reasons as why
+from predictive_scaler.policy.budget import ClusterShare
 from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler, ReconcileResult
@@ -361,3 +362,23 @@ def test_a_clock_jumping_back_never_reuses_a_forecast_from_its_future() -> None:
     for r in back:
         assert r.forecast is not None and r.forecast.issued_at <= r.now
         assert r.decision.strategy == "predictive", r.decision.reasons
+
+
+@pytest.mark.parametrize(("share", "bound"), [(None, 8), (3, 3), (0, 0), (30, 8)],
+                         ids=["no-cap", "share-binds", "nothing-left", "own-budget-binds"])
+def test_the_cluster_share_is_a_value_into_the_step(share: int | None, bound: int) -> None:
+    """The cluster-wide share only lowers the prewarm budget, per step, and leaves the spec untouched."""
+    spec = make_spec()
+    run = Run(spec, lambda t: 150.0, lambda t: 300.0, replicas=10)  # the forecast asks for far more
+    results = []
+    for _ in range(2):  # (a third would see drift: demand stays far below this forecast)
+        result = run.reconciler.step(run.state, cluster_share=ClusterShare(share, "the cluster's part"))
+        run.state, _ = result.state, run.clock.advance(60)
+        results.append(result)
+    assert run.reconciler.spec is spec
+    assert all(r.decision.strategy == "predictive" for r in results)
+    most = max(r.decision.speculative_gpus for r in results)
+    assert most <= bound and (most == 8) == (bound == 8)  # whole 4-GPU nodes: a share of 3 buys less than 3
+    if bound < 8:
+        assert all(Limit.BUDGET in r.decision.limits for r in results)
+        assert any(f"allows {bound} (max {bound} GPUs" in s for r in results for s in r.decision.sentences)
