@@ -21,12 +21,10 @@ from support.prometheus import running_prometheus
 from predictive_scaler import crd
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.kube import manifests
-from predictive_scaler.kube.client import (
-    KubeCluster,
-    PlaceholderSpec,
-    WorkloadRef,
-    api_client_from_environment,
-)
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.kubeconfig import api_client_from_environment
+from predictive_scaler.kube.placeholders import PlaceholderSpec
+from predictive_scaler.kube.workloads import WorkloadRef
 from tests.deploy.test_rbac import KOPF_NEEDS, adapter_needs, admission_needs
 from tests.deploy.test_servicemonitor import OPERATOR_TARGET_LABELS, SERVICE_MONITOR
 from tests.e2e.conftest import (

@@ -25,19 +25,15 @@ from predictive_scaler.errors import (
     ThrottledError,
 )
 from predictive_scaler.kube import manifests
+from predictive_scaler.kube.api_calls import API_CALLS, api_call_for, api_calls_markdown
+from predictive_scaler.kube.autoscalers import ConflictingAutoscaler
 from predictive_scaler.kube.cache import ClusterCache
-from predictive_scaler.kube.client import (
-    API_CALLS,
-    ConflictingAutoscaler,
-    KubeCluster,
-    PlaceholderSpec,
-    PodCounts,
-    WorkloadRef,
-    api_call_for,
-    api_calls_markdown,
-    api_client_from_environment,
-)
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.kubeconfig import api_client_from_environment
+from predictive_scaler.kube.placeholders import PlaceholderSpec
+from predictive_scaler.kube.pods import PodCounts
 from predictive_scaler.kube.retry import NO_RETRY
+from predictive_scaler.kube.workloads import WorkloadRef
 
 from .fake_apiserver import ResourceType
 
@@ -688,7 +684,7 @@ def test_unreachable_api_server_is_a_retryable_cluster_error():
 def test_docs_list_exactly_the_api_calls():
     doc = (REPO / "docs" / "kube-api-calls.md").read_text()
     assert doc == api_calls_markdown(), (
-        "regenerate: python -m predictive_scaler.kube.client > docs/kube-api-calls.md"
+        "regenerate: python -m predictive_scaler.kube.api_calls > docs/kube-api-calls.md"
     )
 
 
@@ -870,9 +866,9 @@ def test_ping_says_whether_the_api_server_is_reachable(fake_api, cluster, status
 @pytest.mark.parametrize(("value", "gpus"), [(None, 0), ("8", 8), (8, 8), ("1k", 1000), ("2.0", 2)],
                          ids=["absent", "text", "int", "suffix", "decimal-whole"])
 def test_gpu_quantities_are_kubernetes_quantities(value, gpus):
-    from predictive_scaler.kube.client import _quantity_int
+    from predictive_scaler.kube.pods import quantity_int
 
-    assert _quantity_int(value) == gpus
+    assert quantity_int(value) == gpus
 
 
 @pytest.mark.parametrize(("value", "words"), [("500m", "whole number"), ("1.5", "whole number"),
@@ -880,7 +876,7 @@ def test_gpu_quantities_are_kubernetes_quantities(value, gpus):
                          ids=["milli", "fraction", "negative", "not-a-quantity"])
 def test_bad_gpu_quantities_are_named(value, words):
     from predictive_scaler.errors import DataError
-    from predictive_scaler.kube.client import _quantity_int
+    from predictive_scaler.kube.pods import quantity_int
 
     with pytest.raises(DataError, match=words):
-        _quantity_int(value)
+        quantity_int(value)
