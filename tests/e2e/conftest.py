@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from support.kubeapi import KubeApiServer, apply_deploy, running_control_plane
 from support.processes import stop_process
-from support.prometheus import PrometheusServer, free_port
+from support.prometheus import LoadedPrometheus, PrometheusServer, free_port
 from support.specs import scaler_spec
 
 from predictive_scaler import crd
@@ -85,17 +85,12 @@ def demand_series(start: datetime, minutes: int, now: datetime, seed: int = 3) -
 
 
 @dataclass(frozen=True)
-class RecentDemand:
+class RecentDemand(LoadedPrometheus):
     """A real Prometheus whose counters run from four days ago to three hours ahead of the wall clock
     (the controller process reads at the system time), and the series they integrate."""
 
-    server: PrometheusServer
     series: Series
     started: datetime
-
-    @property
-    def url(self) -> str:
-        return self.server.url
 
 
 @pytest.fixture(scope="session")

@@ -258,13 +258,19 @@ def standard_history(sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS) -> tuple[St
 
 
 @dataclass(frozen=True)
-class BackfilledPrometheus:
-    """A running Prometheus holding :class:`StandardHistory`."""
+class LoadedPrometheus:
+    """A running Prometheus loaded with test data (what a subclass adds says which)."""
 
     server: PrometheusServer
-    history: StandardHistory
-    backfill: BackfillReport
 
     @property
     def url(self) -> str:
         return self.server.url
+
+
+@dataclass(frozen=True)
+class BackfilledPrometheus(LoadedPrometheus):
+    """A running Prometheus holding :class:`StandardHistory`."""
+
+    history: StandardHistory
+    backfill: BackfillReport
