@@ -60,3 +60,28 @@ def test_no_design_document_outside_the_repository_is_cited() -> None:
         if "DESIGN" in line
     ]
     assert not hits, hits
+
+
+def how_it_decides(readme: str) -> str:
+    """The README's "How it decides" section."""
+    start = readme.index("## How it decides")
+    end = readme.find("\n## ", start + 1)
+    return readme[start:end if end >= 0 else None]
+
+
+#: A module or part named in backticks: `reconcile.py`, `kube/client.py`, `policy/`.
+NAMED = re.compile(r"`((?:[a-z_]+/)*(?:[a-z_]+\.py|[a-z_]+/))`")
+
+
+def _exists_in_package(name: str) -> bool:
+    if (PACKAGE / name.removeprefix("predictive_scaler/")).exists():
+        return True
+    # A bare module name in a sentence about one part (`transport.py` under kube/).
+    return "/" not in name.rstrip("/") and any(PACKAGE.rglob(name.rstrip("/")))
+
+
+def test_the_readme_names_the_parts_as_they_are() -> None:
+    named = NAMED.findall(how_it_decides((ROOT / "README.md").read_text(encoding="utf-8")))
+    assert len(named) > 10, named  # the section names its parts; the scan found them
+    missing = sorted({name for name in named if not _exists_in_package(name)})
+    assert not missing, f"README 'How it decides' names modules that are not in predictive_scaler/: {missing}"
