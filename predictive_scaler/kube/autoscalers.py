@@ -34,7 +34,6 @@ class ConflictingAutoscaler:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
-
 class AutoscalerCalls(Discovery):
     """List the HPAs and ScaledObjects that target a workload."""
 

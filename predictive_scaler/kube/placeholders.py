@@ -69,7 +69,6 @@ class PlaceholderCalls(Transport):
         """PriorityClass name → (value, when it was read)."""
         return {}
 
-
     def priority_class_value(self, name: str) -> int | None:
         """The ``value`` of PriorityClass ``name`` (None: it does not exist), cached for
         ``PRIORITY_CLASS_TTL`` seconds. ConfigError when the controller may not read it."""
@@ -81,7 +80,8 @@ class PlaceholderCalls(Transport):
 
         def attempt() -> int | None:
             try:
-                found = self._request("GET", f"/apis/scheduling.k8s.io/v1/priorityclasses/{path_segment(name)}", what=what)
+                path = f"/apis/scheduling.k8s.io/v1/priorityclasses/{path_segment(name)}"
+                found = self._request("GET", path, what=what)
             except ClusterError as exc:
                 if exc.status == 404:
                     return None

@@ -57,7 +57,6 @@ class ScalerCalls(Transport):
         what = f"list PredictiveScalers in {namespace or 'all namespaces'}"
         return self.list_paginated(path, what=what)[0]
 
-
     def patch_status(
         self, scaler_name: str, namespace: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -80,7 +79,6 @@ class ScalerCalls(Transport):
             what,
             retry_conflicts=True,
         )
-
 
 
 def _scaler_path(namespace: str, name: str) -> str:

@@ -235,7 +235,6 @@ class Transport:
         return None
 
 
-
 # urllib3 by default re-sends a GET answered 429/503 with Retry-After, sleeping in
 # real time outside our bounded, clock-injected policy. Keep only quick
 # connection retries (nothing reached the server) at the transport level.
@@ -257,7 +256,6 @@ def _own_the_retries(api_client: ApiClient) -> None:
     if pool is not None and hasattr(pool, "connection_pool_kw"):
         pool.connection_pool_kw["retries"] = TRANSPORT_RETRIES
         pool.clear()  # pools created earlier would keep the old setting
-
 
 
 def _items(answer: Any, what: str) -> list[dict[str, Any]]:

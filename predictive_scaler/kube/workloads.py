@@ -47,7 +47,6 @@ class ScaleInfo:
     resource_version: str
 
 
-
 class ScaleCalls(Discovery):
     """Read and set a target's replicas through its ``/scale``."""
 
@@ -55,9 +54,8 @@ class ScaleCalls(Discovery):
         """The ``/scale`` URL of ``target``; ConfigError when its kind has none."""
         plural = target.plural or self.scalable_plural(target.api_version, target.kind)
         prefix = f"/apis/{target.group}/{target.version}" if target.group else "/api/v1"
-        return (
-            f"{prefix}/namespaces/{path_segment(target.namespace)}/{path_segment(plural)}/{path_segment(target.name)}/scale"
-        )
+        namespace, name = path_segment(target.namespace), path_segment(target.name)
+        return f"{prefix}/namespaces/{namespace}/{path_segment(plural)}/{name}/scale"
 
     def get_scale(self, target: WorkloadRef) -> ScaleInfo:
         path = self.resolve_scale_path(target)
