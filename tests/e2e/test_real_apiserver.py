@@ -142,7 +142,10 @@ def test_scale_mode_scales_and_prewarms_and_the_placeholder_is_resized_and_garba
     smaller = first - 1
     patch_scaler(kube_api, ns, {"spec": {"prewarm": {"budget": {"maxGpus": smaller}}}})
     kube_api.wait_for("the placeholder resized", lambda: 1 <= (replicas(kube_api, ns, PLACEHOLDER) or 0) <= smaller)
-    assert reconciled(kube_api, ns)["status"]["budgetInUse"]["gpus"] <= smaller
+    # The status read now may still be the one written before the resize (the reconcile that resized
+    # writes its status after acting): every status written after it is planned on the smaller budget.
+    seen = reconciled(kube_api, ns)["status"]["lastReconcileTime"]
+    assert reconciled(kube_api, ns, after=seen)["status"]["budgetInUse"]["gpus"] <= smaller
 
     # Deleting the scaler: the garbage collector removes the placeholder through its ownerReference.
     assert get_deployment(kube_api, ns, PLACEHOLDER) is not None
