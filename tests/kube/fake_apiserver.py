@@ -613,10 +613,10 @@ class FakeApiServer:
         elif sub == "scale" and rtype.scale:
             handlers = {
                 "GET": lambda: self._scale_of(rtype, self._existing(rtype, namespace, name)),
-                "PATCH": lambda: self._patch_scale(
-                    rtype, namespace, name, content_type, body, dry_run
+                "PATCH": lambda: self._patch(
+                    rtype, namespace, name, content_type, body, dry_run, part="scale"
                 ),
-                "PUT": lambda: self._patch_scale(rtype, namespace, name, _MERGE, body, dry_run),
+                "PUT": lambda: self._patch(rtype, namespace, name, _MERGE, body, dry_run, part="scale"),
             }
         elif sub == "status" and rtype.status:
             handlers = {
@@ -811,6 +811,8 @@ class FakeApiServer:
         part: str,
     ) -> dict[str, Any]:
         current = self._existing(rtype, namespace, name)
+        if part == "scale":
+            return self._patch_scale(rtype, current, name, content_type, body, dry_run)
         patched = self._apply_patch(rtype, current, content_type, body, name)
         if part == "status":
             result = copy.deepcopy(current)
@@ -906,15 +908,10 @@ class FakeApiServer:
         }
 
     def _patch_scale(
-        self,
-        rtype: ResourceType,
-        namespace: str | None,
-        name: str,
-        content_type: str | None,
-        body: Any,
+        self, rtype: ResourceType, current: dict[str, Any], name: str, content_type: str | None, body: Any,
         dry_run: bool,
     ) -> dict[str, Any]:
-        current = self._existing(rtype, namespace, name)
+        """A patch of the ``/scale`` subresource (a PUT of it is applied as a merge patch)."""
         scale = self._scale_of(rtype, current)
         media = (content_type or "").split(";")[0].strip()
         if media == _JSON_PATCH:
