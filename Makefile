@@ -11,7 +11,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: keda-stubs crd demo test lint typecheck unit tools kube-apiserver bench-forecast bench-backtest bench-controller bench-retrain clean
+.PHONY: keda-stubs crd sharded-manifests demo test lint typecheck unit tools kube-apiserver bench-forecast bench-backtest bench-controller bench-retrain clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ bench-retrain: $(STAMP) tools
 ## crd: regenerate deploy/base/crd.yaml from the one source (predictive_scaler/spec.py)
 crd: $(STAMP)
 	$(BIN)/python -m predictive_scaler.crd > deploy/base/crd.yaml
+
+## sharded-manifests: regenerate deploy/overlays/sharded/statefulset.yaml from deploy/base/deployment.yaml (REPLICAS shards)
+REPLICAS ?= 2
+sharded-manifests: $(STAMP)
+	$(BIN)/python -m predictive_scaler.controller.shard_manifests --replicas $(REPLICAS) > deploy/overlays/sharded/statefulset.yaml
 
 ## keda-stubs: regenerate the committed gRPC stubs of KEDA's external scaler API (predictive_scaler/keda/)
 keda-stubs: $(STAMP)

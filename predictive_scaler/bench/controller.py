@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -173,7 +174,7 @@ def _by_verb_resource(events: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], periods: int,
-        pods_scalers: int) -> dict[str, Any]:
+        pods_scalers: int, profile: Path | None = None) -> dict[str, Any]:
     import logging
 
     logging.getLogger("predictive_scaler").setLevel(logging.WARNING)  # one info line per reconcile otherwise
@@ -189,7 +190,8 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
     from predictive_scaler.forecasting.arima import ArimaForecaster
     from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
     from predictive_scaler.kube.cache import PODS, ClusterCache
-    from predictive_scaler.kube.client import KubeCluster, api_client_from_environment
+    from predictive_scaler.kube.client import KubeCluster
+    from predictive_scaler.kube.kubeconfig import api_client_from_environment
     from predictive_scaler.sources.prometheus import PrometheusSource
     from tests.deploy.support import OVERLAYS, render  # type: ignore[import-not-found]
 
@@ -260,6 +262,7 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
                 listed = admin.get(scaler_api + "?limit=5000")
                 objects = {o["metadata"]["name"]: o for o in listed["items"]}
                 offset = audit.stat().st_size
+                load0 = os.getloadavg()[0]
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 started_at = datetime.now(UTC)
                 own: list[float] = []
@@ -276,8 +279,20 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
                     if outcome.result is None:
                         refused.append(f"{name}: {outcome.refused}")
 
-                with ThreadPoolExecutor(WORKERS) as pool:
-                    list(pool.map(one, active))
+                if profile is not None:
+                    # One thread under cProfile (it follows only the thread that enables it).
+                    import cProfile
+
+                    profiler = cProfile.Profile(time.thread_time)
+                    profiler.enable()
+                    for name in active:
+                        one(name)
+                    profiler.disable()
+                    profile.parent.mkdir(parents=True, exist_ok=True)
+                    profiler.dump_stats(str(profile.with_suffix(f".{len(active)}.{label.split()[0]}.prof")))
+                else:
+                    with ThreadPoolExecutor(WORKERS) as pool:
+                        list(pool.map(one, active))
                 cpu = time.process_time() - cpu0
                 wall = time.perf_counter() - wall0
                 events, _ = _audit_since(audit, offset, user)
@@ -291,7 +306,8 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
                 return {"label": label, "scalers": len(active), "pods": pods, "cpu_s": cpu, "wall_s": wall,
                         "own_ms": own, "missed": sum(1 for e in ends if e > PERIOD_SECONDS),
                         "requests": _by_verb_resource(events), "requests_total": len(events),
-                        "patch_latency_s": patches, "refused": refused[:5], "rss_mib": _rss_mib()}
+                        "patch_latency_s": patches, "refused": refused[:5], "rss_mib": _rss_mib(),
+                        "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
             uids: dict[str, str] = {}
             labels = ["first (load + verify models, forecast)", "new model step (fresh forecasts)",
@@ -348,7 +364,6 @@ def _posted(admin: _Api, scaler_api: str, names: Sequence[str]) -> list[dict[str
 
 
 def _machine() -> str:
-    import os
     import platform
 
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -380,9 +395,13 @@ def markdown(r: dict[str, Any]) -> str:
         "Prometheus run in other processes and are not counted. Periods run back to back on the injected "
         "clock; *cores* = CPU seconds of the period / 60 s. Pods are created directly (no kubelet).",
         "",
+        "*Load* is the machine's 1-minute load average at the period's start / end (2 cores shared with other "
+        "jobs, the API server, etcd and Prometheus included): with more than 2 runnable tasks the controller "
+        "waits for a core, so wall time (and *missed*) includes that wait while *CPU s* does not.",
+        "",
         "| scalers | pods | period | CPU s (process) | cores | own ms/reconcile median | p95 | wall s | missed | "
-        "API requests | scale PATCH latency p50 / max s | RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "API requests | scale PATCH latency p50 / max s | RSS MiB | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for block in r["results"]:
         for row in block["periods"]:
@@ -392,7 +411,16 @@ def markdown(r: dict[str, Any]) -> str:
                 f"| {block['scalers']} | {block['pods']} | {row['label']} | {row['cpu_s']:.1f} | "
                 f"{row['cpu_s'] / PERIOD_SECONDS:.2f} | {statistics.median(row['own_ms']):.1f} | "
                 f"{_pct(row['own_ms'], 0.95):.1f} | {row['wall_s']:.1f} | {row['missed']} | "
-                f"{row['requests_total']} | {lat_s} | {row['rss_mib']:.0f} |")
+                f"{row['requests_total']} | {lat_s} | {row['rss_mib']:.0f} | {_load(row)} |")
+    late = [(block, row) for block in r["results"] for row in block["periods"] if row["missed"]]
+    if late:
+        lines += ["", "Periods with late scalers:"]
+        for block, row in late:
+            why = ("CPU s < 60: the process needed less than one core but waited for one (load "
+                   f"{_load(row)} on 2 cores)" if row["cpu_s"] < PERIOD_SECONDS else
+                   "CPU s ≥ 60: more than one core of work")
+            lines.append(f"- {block['scalers']} scalers, {block['pods']} pods, {row['label']}: {row['missed']} "
+                         f"late, wall {row['wall_s']:.0f} s, CPU {row['cpu_s']:.0f} s — {why}")
     lines += ["", "## Steady state (one fresh-forecast period in five)", "",
               "| scalers | pods | CPU s / period | cores | API requests / period (reused-forecast period) | "
               "per scaler | peak RSS MiB |", "|---|---|---|---|---|---|---|"]
@@ -417,6 +445,11 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _load(row: dict[str, Any]) -> str:
+    load = row.get("load")
+    return "—" if not load else f"{load[0]:.1f} / {load[1]:.1f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("backtests/results/controller.md"))
@@ -425,10 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods-scalers", type=int, default=1000,
                         help="scalers reconciled at the later pod counts (≤ the largest --scalers)")
     parser.add_argument("--periods", type=int, default=3)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="run each period in one thread under cProfile, stats to PROFILE.<N>.<period>.prof")
     args = parser.parse_args(argv)
     scalers = [int(x) for x in args.scalers.split(",") if x]
     pods = [int(x) for x in args.pods.split(",") if x]
-    run(args.out, scalers, pods, args.periods, args.pods_scalers)
+    run(args.out, scalers, pods, args.periods, args.pods_scalers, args.profile)
     print(args.out.read_text())
     return 0
 

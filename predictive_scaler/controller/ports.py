@@ -32,22 +32,18 @@ from predictive_scaler.errors import ConfigError, ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel, Forecast
 from predictive_scaler.forecasting.store import MODEL_FILE, LoadedModel, ModelStore
 from predictive_scaler.kube import manifests
+from predictive_scaler.kube.autoscalers import ConflictingAutoscaler
 from predictive_scaler.kube.cache import HPAS, NODES, PODS, SCALED_OBJECTS, ClusterCache
-from predictive_scaler.kube.client import (
-    ConflictingAutoscaler,
-    KubeCluster,
-    PlaceholderInfo,
-    PlaceholderSpec,
-    ScaleInfo,
-    WorkloadRef,
-)
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.placeholders import PlaceholderInfo, PlaceholderSpec
+from predictive_scaler.kube.workloads import ScaleInfo, WorkloadRef
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
 from predictive_scaler.series import Series
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.demand import demand_history
 from predictive_scaler.sources.history import PrometheusMetrics
 from predictive_scaler.sources.prometheus import PrometheusSource
-from predictive_scaler.spec import ScalerSpec, Toleration
+from predictive_scaler.spec import DEFAULT_RECENT_WINDOW_SECONDS, ScalerSpec, Toleration
 
 
 @dataclass(frozen=True)
@@ -240,6 +236,18 @@ class StoreModelPort:
     @property
     def model(self) -> FittedModel | None:
         return None if self._held is None else self._held.loaded.model
+
+    @property
+    def window_steps(self) -> int | None:
+        """How many recent steps the reconciler pulls for the model: what it reads (``recent.tail(window_steps)``,
+        one day for the two-stage ARIMA), capped at the default 7-day window it was handed before — so the
+        forecast is the one a 7-day pull gives, from less history. None (no model, or one that does not
+        say how much it reads): the default window."""
+        model = self.model
+        steps = getattr(model, "window_steps", None)
+        if model is None or not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
+            return None
+        return min(steps, DEFAULT_RECENT_WINDOW_SECONDS // int(model.step_seconds))
 
     @property
     def trained_until(self) -> datetime | None:

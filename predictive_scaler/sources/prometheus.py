@@ -457,7 +457,20 @@ _CAPTURE = _Capture()
 def _keep_response(resp: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
     if _CAPTURE.responses is not None:
         _CAPTURE.responses.append(resp)
+        # The client decodes the body for ``data.result`` and _answer again for warnings: decode once.
+        resp.json = _decoded_once(resp.json)  # type: ignore[method-assign]
     return resp
+
+
+def _decoded_once(decode: Callable[..., Any]) -> Callable[..., Any]:
+    kept: list[Any] = []
+
+    def json(**kwargs: Any) -> Any:
+        if not kept:
+            kept.append(decode(**kwargs))
+        return kept[0]
+
+    return json
 
 
 def _transport_error(exc: requests.RequestException, url: str, timeout: float) -> Exception:
@@ -523,8 +536,18 @@ def _range_item(item: Any, query: str) -> tuple[dict[str, str], np.ndarray, np.n
         raise SourceError(f"Prometheus answered {query!r} with a malformed matrix element "
                           "(native histograms are not supported; query a float series)")
     pairs = item["values"]
-    ts = np.array([_parse_value(p[0], query) for p in pairs], dtype=float)
-    vals = np.array([_parse_value(p[1], query) for p in pairs], dtype=float)
+    try:
+        # One conversion per column; "NaN", "+Inf" and "-Inf" read as float() reads them.
+        ts = np.array([p[0] for p in pairs], dtype=float)
+        vals = np.array([p[1] for p in pairs], dtype=float)
+    except (TypeError, ValueError, IndexError, KeyError):
+        for p in pairs:  # find the bad sample and say what it is
+            if not isinstance(p, list | tuple) or len(p) != 2:
+                raise SourceError(f"Prometheus answered {query!r} with a malformed sample {p!r} (expected "
+                                  "[time, \"value\"]); check that the URL points at Prometheus itself") from None
+            _parse_value(p[0], query)
+            _parse_value(p[1], query)
+        raise SourceError(f"Prometheus answered {query!r} with a matrix numpy cannot read; is this Prometheus?") from None
     return dict(item.get("metric") or {}), ts, vals
 
 

@@ -23,6 +23,7 @@ DEPLOY = REPO / "deploy"
 OVERLAYS: dict[str, Path] = {
     "default": DEPLOY / "overlays" / "default",
     "prometheus-operator": DEPLOY / "overlays" / "prometheus-operator",
+    "sharded": DEPLOY / "overlays" / "sharded",
     "example-vllm-forecast-only": DEPLOY / "examples" / "vllm-forecast-only",
     "example-vllm-keda": DEPLOY / "examples" / "vllm-keda",
 }

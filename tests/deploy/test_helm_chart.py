@@ -77,7 +77,7 @@ def _normalised(obj: dict[str, Any]) -> dict[str, Any]:
     labels.pop("helm.sh/chart", None)  # chart-label
     if out["apiVersion"].startswith("monitoring.coreos.com/"):
         labels.pop("app.kubernetes.io/part-of", None)  # part-of-everywhere
-    if out["kind"] == "Deployment":  # settings-checksum
+    if out["kind"] in ("Deployment", "StatefulSet"):  # settings-checksum
         meta = out["spec"]["template"]["metadata"]
         meta.get("annotations", {}).pop("checksum/settings", None)
         if meta.get("annotations") == {}:
@@ -97,7 +97,8 @@ def _validate(obj: dict[str, Any]) -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
-RENDERS = {"default": None, "prometheus-operator": EXTRAS_ON}
+SHARDED: dict[str, Any] = {"sharding": {"replicas": 2}}
+RENDERS = {"default": None, "prometheus-operator": EXTRAS_ON, "sharded": SHARDED}
 
 
 @pytest.mark.parametrize("overlay", RENDERS, ids=list(RENDERS))
@@ -122,8 +123,9 @@ def test_the_only_label_differences_are_the_intended_ones(overlay):
             assert labels["app.kubernetes.io/managed-by"] == "Helm", _key(obj)
             assert labels["helm.sh/chart"] == "predictive-scaler-0.1.0", _key(obj)
             assert labels["app.kubernetes.io/part-of"] == "predictive-scaler", _key(obj)
-    deployment = one(helm_render(RENDERS[overlay]), "Deployment", "predictive-scaler-controller")
-    assert len(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]) == 64
+    kind = "StatefulSet" if overlay == "sharded" else "Deployment"
+    controller = one(helm_render(RENDERS[overlay]), kind, "predictive-scaler-controller")
+    assert len(controller["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]) == 64
 
 
 def test_the_settings_checksum_follows_the_settings():
@@ -149,6 +151,7 @@ EXTRA_VALUES = [
     ("release-label", {"prometheusOperator": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}}),
     ("keda-elsewhere", {"keda": {"port": 7000, "namespace": "autoscalers"}}),
     ("keda-off", {"keda": {"enabled": False}}),
+    ("sharded", {"sharding": {"replicas": 3}}),
 ]
 
 
@@ -224,14 +227,16 @@ def test_the_extras_are_off_by_default_and_each_switches_alone():
     ({"retrain": {"schedule": 5}}, "schedule"),
     ({"namespace": {"name": "Not_A_Name"}}, "namespace"),
     ({"prometheusOperator": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
-], ids=["typo", "schedule-not-text", "bad-namespace", "bad-duration"])
+    ({"sharding": {"replicas": 0}}, "replicas"),
+    ({"sharding": {"replicas": "2"}}, "replicas"),
+], ids=["typo", "schedule-not-text", "bad-namespace", "bad-duration", "no-shards", "shards-as-text"])
 def test_the_values_schema_refuses_mistakes(values, complaint):
     with pytest.raises(helm.HelmValuesError) as info:
         helm_render(values)
     assert complaint in str(info.value)
 
 
-@pytest.mark.parametrize("values", [None, EXTRAS_ON], ids=["default", "extras-on"])
+@pytest.mark.parametrize("values", [None, EXTRAS_ON, SHARDED], ids=["default", "extras-on", "sharded"])
 def test_helm_lint_passes_strictly(values):
     report = helm.lint(CHART, values, strict=True, kube_version="v1.27.0", namespace="default")
     assert report["errors"] == [], report
@@ -309,3 +314,17 @@ def test_the_keda_values_move_or_remove_the_external_scaler_api():
     assert one(off, "ConfigMap", "predictive-scaler-settings")["data"]["PREDICTIVE_SCALER_KEDA_PORT"] == "off"
     assert len(one(off, "NetworkPolicy", "predictive-scaler")["spec"]["ingress"]) == 1
     assert "keda" not in {p["name"] for p in _container(off, "Deployment")["ports"]}
+
+
+@pytest.mark.parametrize("values, mode", [
+    (None, "ReadWriteOnce"),
+    (SHARDED, "ReadWriteMany"),
+    ({**SHARDED, "modelStore": {"accessMode": "ReadWriteOnce"}}, "ReadWriteOnce"),
+    ({"modelStore": {"accessMode": "ReadWriteMany"}}, "ReadWriteMany"),
+], ids=["one-controller", "shards", "shards-keeping-an-existing-claim", "chosen"])
+def test_the_model_store_is_shared_by_every_shard(values, mode):
+    objs = helm_render(values)
+    assert one(objs, "PersistentVolumeClaim", "predictive-scaler-models")["spec"]["accessModes"] == [mode]
+    shards = (values or {}).get("sharding", {}).get("replicas", 1)
+    workloads = [o["kind"] for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
+    assert workloads == (["StatefulSet"] if shards > 1 else ["Deployment"])

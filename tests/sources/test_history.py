@@ -131,6 +131,63 @@ def test_metrics_port_holds_on_the_trace_gap(prometheus_server: BackfilledPromet
     assert just_after_start.missing and "old" in just_after_start.missing_reason
 
 
+# (clock moves, window, step) → full (F) or incremental (I) pull each time; every result must equal a full pull.
+_WALKS = {
+    "minute-by-minute": ([60] * 12, 6 * 3600, 300, "F" + "I" * 12),
+    "one-step-at-a-time": ([300] * 6, 6 * 3600, 300, "F" + "I" * 6),
+    "odd-phases": ([37, 421, 1999, 5, 3605], 6 * 3600, 300, "FIIIII"),
+    "a-jump-of-a-window-repulls": ([300, 6 * 3600, 300], 6 * 3600, 300, "FIFI"),
+    "clock-back-repulls": ([600, -1200, 300], 6 * 3600, 300, "FIFI"),
+    "window-not-a-step-multiple": ([300, 300], 6 * 3600 + 100, 300, "FII"),
+    "across-the-trace-gap": ([300] * 30, 4 * 3600, 300, "F" + "I" * 30),
+    "fifteen-minute-steps": ([300, 900, 60], 12 * 3600, 900, "FIII"),
+}
+
+
+@pytest.mark.parametrize(("moves", "window_s", "step", "kinds"), list(_WALKS.values()), ids=list(_WALKS))
+def test_incremental_recent_equals_a_full_pull(prometheus_server: BackfilledPrometheus, moves: list[int],
+                                               window_s: int, step: int, kinds: str) -> None:
+    h = prometheus_server.history
+    src = PrometheusSource(prometheus_server.url)
+    kept = PrometheusMetrics(src, RATE_5M, name="llm")
+    now = (h.gap[0] - timedelta(hours=1, seconds=13) if "I" * 30 in kinds
+           else h.trace.start.to_pydatetime() + timedelta(days=9, hours=3, minutes=1, seconds=7))
+    seen = ""
+    for move in [0, *moves]:
+        now += timedelta(seconds=move)
+        full_before = kept.full_pulls
+        got = kept.recent(now, timedelta(seconds=window_s), step)
+        seen += "F" if kept.full_pulls > full_before else "I"
+        want = PrometheusMetrics(src, RATE_5M, name="llm").recent(now, timedelta(seconds=window_s), step)
+        assert (got.start, got.step_seconds, got.name, got.source) == (want.start, want.step_seconds, want.name,
+                                                                         want.source)
+        np.testing.assert_array_equal(got.values, want.values)  # exact, NaN where NaN
+    assert seen == kinds
+    if "I" * 30 in kinds:
+        assert np.isnan(got.values).any()  # the walk did cross the gap: missing stays missing
+
+
+def test_an_incremental_pull_asks_for_the_new_steps_only(prometheus_server: BackfilledPrometheus) -> None:
+    h = prometheus_server.history
+    src = PrometheusSource(prometheus_server.url)
+    metrics = PrometheusMetrics(src, RATE_5M)
+    now = h.trace.start.to_pydatetime() + timedelta(days=9, hours=3, seconds=30)
+    asked: list[tuple[float, float]] = []
+    original = src._range_once
+
+    def spy(query: str, start: float, end: float, step_s: int) -> object:
+        asked.append((start, end))
+        return original(query, start, end, step_s)
+
+    src._range_once = spy  # type: ignore[method-assign]
+    metrics.recent(now, timedelta(days=7), 300)
+    metrics.recent(now + timedelta(minutes=5), timedelta(days=7), 300)
+    (full_start, full_end), (tail_start, tail_end) = asked
+    assert full_end - full_start == 7 * 86400 - 60
+    # the new step and the two before it (late samples), at one minute: 15 evaluations
+    assert tail_end - tail_start == 3 * 300 - 60 and tail_end == full_end + 300
+
+
 def test_busy_gpus_history(prometheus_server: BackfilledPrometheus) -> None:
     h = prometheus_server.history
     start, end = window(prometheus_server)

@@ -53,3 +53,94 @@ seccompProfile:
 - name: MPLCONFIGDIR
   value: /tmp/matplotlib
 {{- end }}
+
+{{/* The controller's pod template, shared by the one-replica Deployment and the sharded StatefulSet. */}}
+{{- define "predictive-scaler.controllerPod" -}}
+metadata:
+  labels:
+    {{- include "predictive-scaler.selector" "controller" | nindent 4 }}
+    app.kubernetes.io/part-of: predictive-scaler
+  annotations:
+    # Settings are read at start: a changed value restarts the controller.
+    checksum/settings: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
+spec:
+  serviceAccountName: predictive-scaler-controller
+  automountServiceAccountToken: true
+  {{- with .Values.controller.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- include "predictive-scaler.podSecurity" . | nindent 4 }}
+  terminationGracePeriodSeconds: 30
+  containers:
+    - name: controller
+      image: {{ include "predictive-scaler.image" . }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      args:
+        - controller
+        - --metrics-port=8080
+        - --health-port=8081
+        - --prometheus-url=$(PREDICTIVE_SCALER_PROMETHEUS_URL)
+        - --model-store=$(PREDICTIVE_SCALER_MODEL_STORE)
+        - --interval=$(PREDICTIVE_SCALER_RECONCILE_INTERVAL_SECONDS)
+      envFrom:
+        - configMapRef:
+            name: predictive-scaler-settings
+      env:
+        {{- include "predictive-scaler.env" . | nindent 8 }}
+        {{- if gt (int .Values.sharding.replicas) 1 }}
+        # Shard index: the ordinal ending $HOSTNAME (the pod name); count: the replicas.
+        - name: PREDICTIVE_SCALER_SHARD_COUNT
+          value: {{ .Values.sharding.replicas | quote }}
+        - name: POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+        {{- end }}
+      ports:
+        - name: metrics
+          containerPort: 8080
+          protocol: TCP
+        - name: health
+          containerPort: 8081
+          protocol: TCP
+        {{- if .Values.keda.enabled }}
+        - name: keda
+          containerPort: {{ .Values.keda.port }}
+          protocol: TCP
+        {{- end }}
+      livenessProbe:
+        httpGet:
+          path: /healthz
+          port: health
+        initialDelaySeconds: 15
+        periodSeconds: 20
+        timeoutSeconds: 5
+        failureThreshold: 3
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: health
+        initialDelaySeconds: 5
+        periodSeconds: 10
+        timeoutSeconds: 5
+        failureThreshold: 3
+      resources:
+        {{- toYaml .Values.controller.resources | nindent 8 }}
+      securityContext:
+        {{- include "predictive-scaler.containerSecurity" . | nindent 8 }}
+      volumeMounts:
+        - name: tmp
+          mountPath: /tmp
+        - name: models
+          mountPath: /var/lib/predictive-scaler/models
+          readOnly: true
+  volumes:
+    - name: tmp
+      emptyDir:
+        sizeLimit: 256Mi
+    - name: models
+      persistentVolumeClaim:
+        claimName: predictive-scaler-models
+{{- end }}
