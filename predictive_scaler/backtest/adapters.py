@@ -21,12 +21,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy, naive_scale
+from predictive_scaler.backtest.protocol import ForecastRecord, ModelEvent, Progress, Setup
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import ModelError, SourceError
@@ -37,9 +38,6 @@ from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
 from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import ScheduledEvent
-
-if TYPE_CHECKING:
-    from predictive_scaler.backtest.runner import ForecastRecord, ModelEvent, Progress, Setup
 
 
 class TraceMetrics:
@@ -265,8 +263,6 @@ class Trainer:
         return result.model, challenger, result.kind, time.perf_counter() - started
 
     def _log(self, at: datetime, kind: str, promoted: bool, reason: str, seconds: float) -> None:
-        from predictive_scaler.backtest.runner import ModelEvent
-
         self.events.append(ModelEvent(at=pd.Timestamp(at).isoformat(), kind=kind, promoted=promoted,
                                       reason=reason, fit_seconds=seconds))
 
@@ -314,8 +310,6 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     With a filled ``cache`` (from a run of the same trace and protocol), models and forecasts are
     taken from it instead of being trained and computed again.
     """
-    from predictive_scaler.backtest.runner import ForecastRecord
-
     scenario, spec = setup.scenario, setup.spec
     if cache is not None:
         cache.check(setup)
@@ -409,8 +403,6 @@ def _observable(setup: Setup) -> Series:
 
 def _served_scores(setup: Setup, served: ServedModel, since: datetime) -> dict[str, Any] | None:
     """Pinball and coverage per horizon of the forecasts served since ``since`` (the promotion window)."""
-    from predictive_scaler.backtest.runner import ForecastRecord
-
     times = pd.DatetimeIndex(served.issued)
     keep = np.flatnonzero(times >= pd.Timestamp(since))
     if keep.size == 0:

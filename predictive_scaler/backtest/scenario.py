@@ -10,6 +10,7 @@ and errors name the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
 from predictive_scaler.errors import ConfigError, DataError, did_you_mean
 from predictive_scaler.series import format_duration, parse_duration
+from predictive_scaler.spec import DEFAULT_MODEL_STEP, ScalerSpec
 
 #: Every policy the harness knows, in the order reports list them.
 POLICIES: tuple[str, ...] = ("predictive", "reactive", "static", "holt-winters", "oracle")
@@ -221,6 +223,53 @@ class Scenario:
         return cls(**kw)
 
 
+def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int,
+               peak_factor: float = 1.0) -> ScalerSpec:
+    """The scenario's ``spec`` section laid over what the simulated cluster implies.
+
+    The planning capacity of a replica is ``capacity × target_utilization`` (the
+    HPA target); lead times are the simulator's warm and cold start times; the
+    intra-step peak factor is estimated from the training window
+    (:func:`intra_step_peak_factor`).
+    """
+    cfg = scenario.cluster
+    base: dict[str, Any] = {
+        "target": {"name": "backtest"},
+        # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
+        "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
+        "capacity": {"requestsPerReplica": capacity * scenario.planning_utilization},
+        # The predictive policy's reactive rule (fallback, counterfactual) at the peers' HPA target.
+        "reactive": {"targetUtilization": min(1.0, scenario.target_utilization / scenario.planning_utilization)},
+        "gpusPerReplica": cfg.gpus_per_replica,
+        "minReplicas": scenario.min_replicas,
+        "maxReplicas": max_replicas,
+        "quantile": scenario.quantile,
+        # At least two model steps: a forecast starts after the last step the metrics show, and
+        # for the metrics delay after a step ends it is still the newest one, by then reaching
+        # into its second step (a one-step horizon would be stale there).
+        "horizonSeconds": min(3600, max(1800, 2 * model_step)),
+        "controlPeriodSeconds": scenario.control_period_s,
+        "leadTimes": {"podStartSeconds": int(math.ceil(cfg.warm_start_s)),
+                      "nodeStartSeconds": int(math.ceil(cfg.cold_start_s))},
+        "prewarm": {"enabled": True, "gpusPerNode": cfg.gpus_per_node,
+                    "budget": {"pricePerGpuHour": cfg.price_per_gpu_hour}},
+        "model": {"stepSeconds": model_step},
+        "mode": "scale",
+    }
+    return ScalerSpec.from_dict(deep_merge(base, scenario.spec))
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on top, nested mappings merged key by key (``over`` wins)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def _events_into_spec(data: dict[str, Any]) -> dict[str, Any]:
     """A scenario's top-level ``events:`` is the spec's ``events`` (the same list the CRD takes)."""
     if "events" not in data:
@@ -257,8 +306,6 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
         raise ConfigError(f"{p}: cannot be read as UTF-8 text ({exc}); give a YAML file such as "
                           "backtests/default.yaml", field="scenario") from exc
     # Validate the spec section now (capacity and step are placeholders until a trace is read).
-    from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
-
     try:
         scenario = Scenario.from_dict(data, name=p.stem)
         build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),
