@@ -20,6 +20,7 @@ import yaml
 
 from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
 from predictive_scaler.errors import ConfigError, DataError, did_you_mean
+from predictive_scaler.forecasting import registry
 from predictive_scaler.series import format_duration, parse_duration
 from predictive_scaler.spec import DEFAULT_MODEL_STEP, ScalerSpec
 
@@ -61,8 +62,8 @@ class Scenario:
     quantile: float = 0.95
     #: Horizons reported per forecaster.
     horizons: tuple[timedelta, ...] = (timedelta(minutes=10), timedelta(minutes=20), timedelta(minutes=30))
-    #: Candidate model kinds the weekly training chooses from.
-    forecasters: tuple[str, ...] = ("arima", "persistence", "seasonal-naive", "holt-winters")
+    #: Candidate model kinds the weekly training chooses from (default: the retraining job's).
+    forecasters: tuple[str, ...] = registry.DEFAULT_CANDIDATES
     #: HPA target: the share of a replica's capacity the reactive policy aims at.
     target_utilization: float = 0.8
     #: The predictive policy's own planning target (share of a replica's capacity it plans on, its
@@ -115,14 +116,13 @@ class Scenario:
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}; {did_you_mean(p, POLICIES)}choose from "
                                   f"{', '.join(POLICIES)}", field="policies")
-        from predictive_scaler.forecasting.registry import FORECASTER_KINDS
-
+        kinds = registry.FORECASTER_KINDS
         for k in self.forecasters:
-            if k not in FORECASTER_KINDS:
-                raise ConfigError(f"forecasters: unknown forecaster {k!r}; {did_you_mean(k, FORECASTER_KINDS)}"
-                                  f"choose from {', '.join(FORECASTER_KINDS)}", field="forecasters")
+            if k not in kinds:
+                raise ConfigError(f"forecasters: unknown forecaster {k!r}; {did_you_mean(k, kinds)}"
+                                  f"choose from {', '.join(kinds)}", field="forecasters")
         if not self.forecasters:
-            raise ConfigError(f"forecasters: none given; choose from {', '.join(FORECASTER_KINDS)}",
+            raise ConfigError(f"forecasters: none given; choose from {', '.join(kinds)}",
                               field="forecasters")
         if not self.policies:
             raise ConfigError(f"no policies; choose from {', '.join(POLICIES)}", field="policies")
