@@ -23,6 +23,9 @@ from typing import Protocol
 from predictive_scaler.clock import Clock
 from predictive_scaler.errors import ModelError, SourceError
 from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.policy import explain
+from predictive_scaler.policy.budget import ClusterShare
+from predictive_scaler.policy.explain import Condition, Event
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample, plan
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.series import Series
@@ -64,23 +67,6 @@ class ClusterPort(Protocol):
 
 
 @dataclass(frozen=True)
-class Event:
-    """A Kubernetes-style Event: ``type`` Normal|Warning, a CamelCase ``reason``, a sentence."""
-
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str  # "True" | "False"
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class ReconcileResult:
     now: datetime
     decision: Decision
@@ -92,10 +78,6 @@ class ReconcileResult:
     conditions: tuple[Condition, ...]
     applied: bool
     model_version: str | None
-
-
-_SCALING_LIMITS = ("min-replicas", "max-replicas", "scale-up-rate", "scale-down-rate",
-                   "scale-down-stabilization", "scale-up-stabilization")
 
 
 class Reconciler:
@@ -116,7 +98,8 @@ class Reconciler:
         step = getattr(self.model, "step_seconds", None)
         return int(step) if isinstance(step, int) and step > 0 else self.spec.model.step_seconds
 
-    def step(self, state: PlannerState) -> ReconcileResult:
+    def step(self, state: PlannerState, *, cluster_share: ClusterShare | None = None) -> ReconcileResult:
+        """One reconcile. ``cluster_share``: what the cluster-wide budget leaves this scaler now (None: no cap)."""
         now = self.clock.now()
         metrics_problem = None
         demand: DemandSample | None
@@ -127,7 +110,8 @@ class Reconciler:
         forecast, forecast_problem = self._forecast(now)
         observed = self.cluster.observe(now)
         decision, new_state = plan(self.spec, forecast, demand, observed, state, now,
-                                   forecast_problem=forecast_problem, metrics_problem=metrics_problem)
+                                   forecast_problem=forecast_problem, metrics_problem=metrics_problem,
+                                   cluster_share=cluster_share)
         applied = False
         if self.spec.mode == "scale":
             self.cluster.apply(decision, now)
@@ -183,58 +167,9 @@ class Reconciler:
         self._cache_key, self._cached = key, forecast
         return forecast, None
 
-    # -- reporting ---------------------------------------------------------------------------
+    # -- reporting: the one rendering of a decision, in policy/explain.py --------------------------
     def _events(self, d: Decision, before: PlannerState, cluster: ClusterState) -> tuple[Event, ...]:
-        events: list[Event] = []
-        if d.strategy_changed:
-            kind = "Normal" if d.strategy == "predictive" else "Warning"
-            events.append(Event(kind, "StrategyChanged",
-                                f"{before.strategy} → {d.strategy}: {d.reasons[0] if d.reasons else ''}"))
-        scaling = [r for r in d.reasons if r.startswith(("clamped", "scale-up rate", "scale-down rate"))]
-        if scaling:
-            events.append(Event("Normal", "ScalingLimited", "; ".join(scaling)))
-        if "budget" in d.limits:
-            events.append(Event("Normal", "BudgetLimited",
-                                "; ".join(r for r in d.reasons if "budget" in r)))
-        if d.budget_problem and "invalid" in d.budget_problem:
-            events.append(Event("Warning", "BudgetInvalid", d.budget_problem))
-        if self.spec.mode == "forecast-only" and (
-            d.desired_replicas != cluster.desired_replicas or d.placeholder_gpus != cluster.placeholder_gpus
-        ):
-            events.append(Event("Normal", "ForecastOnly",
-                                f"forecast-only: would scale {self.spec.target.kind}/{self.spec.target.name} "
-                                f"from {cluster.desired_replicas} to {d.desired_replicas} replicas and hold "
-                                f"{d.placeholder_gpus} placeholder GPUs ({d.strategy})"))
-        return tuple(events)
+        return explain.events(d, before.strategy, cluster, self.spec)
 
     def _conditions(self, d: Decision, applied: bool) -> tuple[Condition, ...]:
-        def cond(kind: str, on: bool, reason: str, message: str) -> Condition:
-            return Condition(kind, "True" if on else "False", reason, message)
-
-        first = d.reasons[0] if d.reasons else d.strategy
-        scaling = [r for r in d.reasons if r.startswith(("clamped", "scale-up rate", "scale-down rate",
-                                                          "scale-down stabilisation", "scale-up stabilisation"))]
-        budget_limited = "budget" in d.limits or d.budget_problem is not None
-        budget_msg = "; ".join(r for r in d.reasons if "budget" in r) or (d.budget_problem or "within budget")
-        return (
-            cond("Ready", True, "Scaled" if applied else "ServedToKeda" if self.spec.mode == "keda" else "ForecastOnly",
-                 f"{d.strategy}: {d.desired_replicas} replicas, {d.placeholder_gpus} placeholder GPUs"
-                 + ("" if applied else " (served to KEDA's external scaler; nothing written)"
-                    if self.spec.mode == "keda" else " (forecast-only: nothing changed)")),
-            cond("Predictive", d.strategy == "predictive",
-                 {"predictive": "Forecasting", "reactive": "ReactiveFallback", "hold": "HoldingOnMissingData"}[d.strategy],
-                 first),
-            cond("Drift", d.drift is not None,
-                 "UnderForecast" if d.drift == "under-forecast" else "OverForecast" if d.drift else "NoDrift",
-                 next((r for r in d.reasons if "drift" in r), "the forecast matches demand")),
-            cond("BudgetLimited", budget_limited,
-                 "BudgetInvalid" if d.budget_problem and "invalid" in d.budget_problem
-                 else "BudgetEmpty" if d.budget_problem else "BudgetReached" if budget_limited else "WithinBudget",
-                 budget_msg),
-            cond("ScalingLimited", any(x in d.limits for x in _SCALING_LIMITS),
-                 "Limited" if scaling else "NotLimited", "; ".join(scaling) or "no clamp or rate limit applied"),
-            cond("MetricsUnavailable", d.metrics_problem is not None,
-                 "MissingDemand" if d.metrics_problem else "MetricsOK", d.metrics_problem or "demand is fresh"),
-            cond("ModelInvalid", d.model_problem is not None,
-                 "ModelUnavailable" if d.model_problem else "ModelOK", d.model_problem or "forecast is valid"),
-        )
+        return explain.conditions(d, applied, self.spec.mode)

@@ -13,6 +13,9 @@ from fakes import FakeCluster, FakeMetrics, FakeModel
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import ClusterError
+from predictive_scaler.policy import reasons as why
+from predictive_scaler.policy.budget import ClusterShare
+from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler, ReconcileResult
 from predictive_scaler.series import Series
@@ -159,7 +162,8 @@ def test_prometheus_down_holds_then_falls_back_never_scaling_down() -> None:
     conds = {c.type: c for c in outage[0].conditions}
     assert conds["MetricsUnavailable"].status == "True"
     assert "connection refused" in conds["MetricsUnavailable"].message
-    assert "holding" in outage[0].decision.reasons[0] and "1 control period" in outage[0].decision.reasons[0]
+    first = outage[0].decision.reasons[0]
+    assert isinstance(first, why.Holding) and first.periods == 1 and first.replicas == replicas_before
     run.metrics.down = False
     back = run.minutes(2)
     assert back[-1].decision.strategy == "predictive"
@@ -225,7 +229,8 @@ def test_reactive_matches_hpa_single_evaluation(current: int, ready: int, demand
     result = run.minutes(1)[0]
     assert result.decision.strategy == "reactive"
     assert result.decision.desired_replicas == expected
-    assert result.decision.reasons and any(f"{demand:.4g}" in r for r in result.decision.reasons)
+    rules = [r for r in result.decision.reasons if isinstance(r, why.HpaRule)]
+    assert [r.demand for r in rules] == [demand]
 
 
 def test_reactive_scale_down_stabilisation_window() -> None:
@@ -242,8 +247,10 @@ def test_reactive_scale_down_stabilisation_window() -> None:
     # only while it is strictly newer than now - 300 s, so at minute 9.
     assert desired[:9] == [10] * 9
     assert desired[9:] == [4, 4, 4]
-    assert "scale-down-stabilization" in results[6].decision.limits
-    assert any("300 s" in r for r in results[6].decision.reasons)
+    assert Limit.SCALE_DOWN_STABILIZATION in results[6].decision.limits
+    held = [r for r in results[6].decision.reasons if isinstance(r, why.Stabilised)]
+    assert [(r.direction, r.window_seconds, r.recommendation, r.held_at) for r in held] == [("down", 300, 10, 10)]
+    assert {c.type: c for c in results[6].conditions}["ScalingLimited"].status == "True"
 
 
 def test_every_decision_explains_itself_with_numbers() -> None:
@@ -253,9 +260,11 @@ def test_every_decision_explains_itself_with_numbers() -> None:
     results += run.minutes(5)
     for r in results:
         assert r.decision.reasons, r.decision
-        text = " ".join(r.decision.reasons)
+        text = " ".join(r.decision.sentences)
         assert any(ch.isdigit() for ch in text)
         if r.decision.strategy == "predictive":
+            need = next(x for x in r.decision.reasons if isinstance(x, why.PredictiveNeed))
+            assert need.forecast == r.decision.forecast_pod_lead
             assert f"{r.decision.forecast_pod_lead:.4g}" in text
             assert "P95" in text
         if r.decision.strategy == "hold":
@@ -337,7 +346,9 @@ def test_intra_step_peak_factor_sizes_above_the_step_mean_forecast(factor: float
     d = result.decision
     assert d.strategy == "predictive"
     assert d.predicted_replicas == math.ceil(d.forecast_pod_lead * factor / CAPACITY - 1e-9)
-    text = " ".join(d.reasons)
+    need = next(r for r in d.reasons if isinstance(r, why.PredictiveNeed))
+    assert need.peak_factor == factor and need.sized == pytest.approx(d.forecast_pod_lead * factor)
+    text = " ".join(d.sentences)
     assert ("intraStepPeakFactor" in text) == (factor != 1.0)
     if factor != 1.0:
         assert f"× {factor:g}" in text
@@ -351,3 +362,23 @@ def test_a_clock_jumping_back_never_reuses_a_forecast_from_its_future() -> None:
     for r in back:
         assert r.forecast is not None and r.forecast.issued_at <= r.now
         assert r.decision.strategy == "predictive", r.decision.reasons
+
+
+@pytest.mark.parametrize(("share", "bound"), [(None, 8), (3, 3), (0, 0), (30, 8)],
+                         ids=["no-cap", "share-binds", "nothing-left", "own-budget-binds"])
+def test_the_cluster_share_is_a_value_into_the_step(share: int | None, bound: int) -> None:
+    """The cluster-wide share only lowers the prewarm budget, per step, and leaves the spec untouched."""
+    spec = make_spec()
+    run = Run(spec, lambda t: 150.0, lambda t: 300.0, replicas=10)  # the forecast asks for far more
+    results = []
+    for _ in range(2):  # (a third would see drift: demand stays far below this forecast)
+        result = run.reconciler.step(run.state, cluster_share=ClusterShare(share, "the cluster's part"))
+        run.state, _ = result.state, run.clock.advance(60)
+        results.append(result)
+    assert run.reconciler.spec is spec
+    assert all(r.decision.strategy == "predictive" for r in results)
+    most = max(r.decision.speculative_gpus for r in results)
+    assert most <= bound and (most == 8) == (bound == 8)  # whole 4-GPU nodes: a share of 3 buys less than 3
+    if bound < 8:
+        assert all(Limit.BUDGET in r.decision.limits for r in results)
+        assert any(f"allows {bound} (max {bound} GPUs" in s for r in results for s in r.decision.sentences)

@@ -44,8 +44,10 @@ from predictive_scaler.forecasting.baselines import (
     SeasonalNaiveForecaster,
 )
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore, TrainingWindow
-from predictive_scaler.kube import client, manifests
-from predictive_scaler.kube.client import KubeCluster, PlaceholderSpec, api_call_for
+from predictive_scaler.kube import api_calls, discovery, manifests
+from predictive_scaler.kube.api_calls import api_call_for
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.placeholders import PlaceholderSpec
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource
@@ -77,7 +79,7 @@ def granted() -> set[Permission]:
 def permission_for(method: str, path: str) -> Permission | None:
     """The RBAC permission a request needs (None: a discovery path, granted to everyone)."""
     call = api_call_for(method, path)
-    assert call is not None, f"{method} {path} is not in kube/client.API_CALLS"
+    assert call is not None, f"{method} {path} is not in kube/api_calls.API_CALLS"
     if not call.resource:
         return None
     parts = [p for p in path.split("/") if p]
@@ -177,11 +179,11 @@ def test_nothing_granted_beyond_the_calls_and_kopf() -> None:
     # Everything the adapter can call (API_CALLS, templated /scale for the built-in kinds) plus kopf,
     # plus what admission asks for (update on the finalizers: the placeholder's blockOwnerDeletion).
     possible: set[Permission] = set(kopf_needs()) | set(admission_needs())
-    for call in client.API_CALLS:
+    for call in api_calls.API_CALLS:
         if not call.resource:
             continue
         if "{plural}" in call.resource:
-            for (group, _kind), plural in client._BUILTIN_SCALABLE.items():
+            for (group, _kind), plural in discovery.BUILTIN_SCALABLE.items():
                 if (group == "") == call.path.startswith("/api/v1/"):
                     possible.add((group, call.resource.replace("{plural}", plural), call.verb))
         else:
@@ -197,8 +199,8 @@ def test_no_secrets_no_wildcards_and_leases_only_for_shards() -> None:
         assert group not in ("kopf.dev", "zalando.org")
         if resource == "leases":  # the shard fence (controller/shards.py): never delete, never kopf's peering
             assert (group, verb) in {("coordination.k8s.io", v) for v in ("list", "create", "update")}, verb
-    assert not any("secret" in c.path.lower() for c in client.API_CALLS)
-    assert all(c.why.startswith("sharding") for c in client.API_CALLS if "lease" in c.path.lower())
+    assert not any("secret" in c.path.lower() for c in api_calls.API_CALLS)
+    assert all(c.why.startswith("sharding") for c in api_calls.API_CALLS if "lease" in c.path.lower())
 
 
 def test_the_placeholder_owner_reference_is_the_scaler() -> None:

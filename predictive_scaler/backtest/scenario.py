@@ -75,6 +75,11 @@ class Scenario:
     policies: tuple[str, ...] = POLICIES
     #: PredictiveScaler spec (camelCase CRD shape) for the predictive policy.
     spec: dict[str, Any] = field(default_factory=dict)
+    #: Several predictive scalers sharing one cluster budget (backtest/fleet.py): each a mapping with a
+    #: ``name`` and optionally ``peak_replicas`` and a ``spec`` laid over the scenario's. Empty: one scaler.
+    scalers: tuple[dict[str, Any], ...] = ()
+    #: The cluster-wide speculative budget the scalers share: ``maxGpus`` and/or ``maxCostPerHour``.
+    cluster_budget: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -165,6 +170,8 @@ class Scenario:
             "demand_unit_seconds": self.demand_unit_seconds,
             "policies": list(self.policies),
             "spec": self.spec,
+            # Only a fleet scenario says so (a one-scaler scenario's JSON stays as it was).
+            **({"scalers": list(self.scalers), "cluster_budget": self.cluster_budget} if self.scalers else {}),
         }
 
     @classmethod
@@ -220,6 +227,13 @@ class Scenario:
             if not isinstance(data["spec"], dict):
                 raise ConfigError("spec must be a mapping (the PredictiveScaler spec, camelCase)", field="spec")
             kw["spec"] = dict(data["spec"])
+        if data.get("scalers"):
+            kw["scalers"] = tuple(_scaler(x, i) for i, x in enumerate(_list(data["scalers"], "scalers")))
+            names = [x["name"] for x in kw["scalers"]]
+            if len(set(names)) != len(names):
+                raise ConfigError(f"scalers: names must differ, got {', '.join(names)}", field="scalers")
+        if data.get("cluster_budget") is not None:
+            kw["cluster_budget"] = _cluster_budget(data["cluster_budget"])
         return cls(**kw)
 
 
@@ -267,6 +281,36 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
+    return out
+
+
+def _scaler(value: Any, i: int) -> dict[str, Any]:
+    where = f"scalers[{i}]"
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
+        raise ConfigError(f"{where} must be a mapping with a name (and optionally peak_replicas, spec)", field=where)
+    bad = sorted(set(value) - {"name", "peak_replicas", "spec"})
+    if bad:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(bad)}; known: name, peak_replicas, spec",
+                          field=f"{where}.{bad[0]}")
+    out: dict[str, Any] = {"name": value["name"], "spec": value.get("spec") or {}}
+    if not isinstance(out["spec"], dict):
+        raise ConfigError(f"{where}.spec must be a mapping (the PredictiveScaler spec, camelCase)", field=f"{where}.spec")
+    if value.get("peak_replicas") is not None:
+        out["peak_replicas"] = _int(value["peak_replicas"], f"{where}.peak_replicas")
+    return out
+
+
+def _cluster_budget(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not value or set(value) - {"maxGpus", "maxCostPerHour"}:
+        raise ConfigError("cluster_budget must be a mapping of maxGpus and/or maxCostPerHour", field="cluster_budget")
+    out: dict[str, Any] = {}
+    if value.get("maxGpus") is not None:
+        out["maxGpus"] = _int(value["maxGpus"], "cluster_budget.maxGpus")
+    if value.get("maxCostPerHour") is not None:
+        out["maxCostPerHour"] = _float(value["maxCostPerHour"], "cluster_budget.maxCostPerHour")
+    for key, number in out.items():
+        if number < 0:
+            raise ConfigError(f"cluster_budget.{key} must be ≥ 0, got {number!r}", field=f"cluster_budget.{key}")
     return out
 
 

@@ -189,7 +189,8 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
     from predictive_scaler.forecasting.arima import ArimaForecaster
     from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
     from predictive_scaler.kube.cache import PODS, ClusterCache
-    from predictive_scaler.kube.client import KubeCluster, api_client_from_environment
+    from predictive_scaler.kube.client import KubeCluster
+    from predictive_scaler.kube.kubeconfig import api_client_from_environment
     from predictive_scaler.sources.prometheus import PrometheusSource
     from tests.deploy.support import OVERLAYS, render  # type: ignore[import-not-found]
 

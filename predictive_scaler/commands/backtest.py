@@ -370,6 +370,13 @@ def run(args: argparse.Namespace) -> int:
         bars.append(bar)
         return bar.update
 
+    if scenario.scalers:  # several scalers sharing one cluster budget (backtest/fleet.py)
+        from predictive_scaler.backtest.fleet import run_fleet
+
+        fleet = run_fleet(trace, scenario).to_dict()
+        print(json.dumps(fleet, allow_nan=False, indent=2 if args.json else None))
+        return 0 if fleet["minutes_over_cluster_budget"] == 0 else 1
+
     frontier = None
     if args.frontier:
         from predictive_scaler.backtest.frontier import run_frontier

@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         if args.namespace:
             targets = [t for t in targets if t.namespace == args.namespace]
     else:
-        from predictive_scaler.kube.client import KubeCluster, api_client_from_environment
+        from predictive_scaler.kube.client import KubeCluster
+        from predictive_scaler.kube.kubeconfig import api_client_from_environment
 
         kube = KubeCluster(api_client_from_environment(args.kubeconfig))
         targets = [scaler_from_manifest(obj) for obj in kube.list_scalers(args.namespace)]

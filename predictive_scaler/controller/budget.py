@@ -2,7 +2,9 @@
 
 Each scaler has its own prewarm budget; without a cluster cap, 50 scalers with
 8 GPUs each may speculate on 400 GPUs together. :class:`ClusterBudget` is the
-controller's ledger of what every scaler holds. A reconcile *reserves* first —
+controller's ledger of what every scaler holds — bookkeeping only: what one scaler
+may take is the pure rule :func:`predictive_scaler.policy.budget.cluster_share`,
+handed to the reconcile step as a value (``Reconciler.step(state, cluster_share=…)``). A reconcile *reserves* first —
 it is booked at the most it may take (the cap minus what the others hold) while
 it decides — then *settles* at what it actually decided. Two scalers deciding at
 the same time therefore never see the same spare GPUs: the sum can only be
@@ -15,15 +17,14 @@ Forecast-only scalers hold nothing (they only report) and are booked at 0.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from predictive_scaler.controller.settings import ClusterBudgetLimits
-from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.policy import budget as budget_policy
+from predictive_scaler.policy.budget import ClusterShare
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class Reservation:
     reason: str | None
     price_per_gpu_hour: float | None
     settled: Holding | None = None
+
+    @property
+    def share(self) -> ClusterShare:
+        """The cluster's part for this scaler, as the value the reconcile step takes."""
+        return ClusterShare(self.allowed_gpus, self.reason)
 
     def settle(self, gpus: int, now: float) -> None:
         """Record what the scaler actually holds after this step."""
@@ -112,47 +118,7 @@ class ClusterBudget:
 
     def _allowance(self, others_gpus: int, others_cost: float,
                    price: float | None) -> tuple[int | None, str | None]:
-        limits = self.limits
-        if limits.unlimited:
-            return None, None
-        allowed: int | None = None
-        reasons = []
-        if limits.max_gpus is not None:
-            allowed = max(0, limits.max_gpus - others_gpus)
-            reasons.append(f"the cluster-wide budget of {limits.max_gpus} speculative GPUs has {allowed} left "
-                           f"({others_gpus} held by other scalers)")
-        if limits.max_cost_per_hour is not None:
-            if price is None or not (price >= 0 and math.isfinite(price)):
-                return 0, ("the cluster-wide cost budget needs every scaler's spec.prewarm.budget.pricePerGpuHour "
-                           "to count its cost; set it — no speculative GPUs until then")
-            left = max(0.0, limits.max_cost_per_hour - others_cost)
-            by_cost = _gpus_within(left, price)
-            reasons.append(f"the cluster-wide budget of {limits.max_cost_per_hour:.2f}/h has {left:.2f}/h left")
-            allowed = by_cost if allowed is None else min(allowed, by_cost)
-        return allowed, "; ".join(reasons)
-
-
-def _gpus_within(cost: float, price: float) -> int:
-    if price <= 0:
-        return 10**9
-    n = math.floor(cost / price)
-    while n > 0 and n * price > cost:  # float rounding must never buy one GPU too many
-        n -= 1
-    return max(0, n)
-
-
-def capped_spec(spec: ScalerSpec, allowed_gpus: int | None) -> ScalerSpec:
-    """``spec`` with its prewarm budget lowered to ``allowed_gpus`` (the cluster's share); pure.
-
-    An unset per-scaler budget stays unset (no budget means no speculation, and the
-    cluster cap only ever lowers). None leaves the spec as it is.
-    """
-    budget = spec.prewarm.budget
-    if allowed_gpus is None or (budget.max_gpus is None and budget.max_cost_per_hour is None):
-        return spec
-    own = budget.max_gpus
-    capped = allowed_gpus if own is None else min(own, allowed_gpus)
-    if capped == own:
-        return spec
-    new_budget = dataclasses.replace(budget, max_gpus=capped)
-    return dataclasses.replace(spec, prewarm=dataclasses.replace(spec.prewarm, budget=new_budget))
+        share = budget_policy.cluster_share(self.limits.max_gpus, self.limits.max_cost_per_hour,
+                                            others_gpus=others_gpus, others_cost=others_cost,
+                                            price_per_gpu_hour=price)
+        return share.gpus, share.reason

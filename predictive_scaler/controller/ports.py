@@ -32,15 +32,11 @@ from predictive_scaler.errors import ConfigError, ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel, Forecast
 from predictive_scaler.forecasting.store import MODEL_FILE, LoadedModel, ModelStore
 from predictive_scaler.kube import manifests
+from predictive_scaler.kube.autoscalers import ConflictingAutoscaler
 from predictive_scaler.kube.cache import HPAS, NODES, PODS, SCALED_OBJECTS, ClusterCache
-from predictive_scaler.kube.client import (
-    ConflictingAutoscaler,
-    KubeCluster,
-    PlaceholderInfo,
-    PlaceholderSpec,
-    ScaleInfo,
-    WorkloadRef,
-)
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.placeholders import PlaceholderInfo, PlaceholderSpec
+from predictive_scaler.kube.workloads import ScaleInfo, WorkloadRef
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
 from predictive_scaler.series import Series
 from predictive_scaler.sources import dcgm

@@ -117,7 +117,8 @@ def run_controller(settings: ControllerSettings) -> int:
     from predictive_scaler.controller.telemetry import Telemetry, TelemetryServer
     from predictive_scaler.forecasting.store import ModelStore
     from predictive_scaler.kube.cache import ClusterCache
-    from predictive_scaler.kube.client import KubeCluster, api_client_from_environment
+    from predictive_scaler.kube.client import KubeCluster
+    from predictive_scaler.kube.kubeconfig import api_client_from_environment
     from predictive_scaler.sources.prometheus import PrometheusSource
 
     if settings.kubeconfig:

@@ -40,7 +40,7 @@ from typing import Any
 
 from predictive_scaler.clock import Clock
 from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, failure_kind
-from predictive_scaler.controller.budget import ClusterBudget, capped_spec
+from predictive_scaler.controller.budget import ClusterBudget
 from predictive_scaler.controller.health import LoopMonitor
 from predictive_scaler.controller.lifecycle import Shutdown
 from predictive_scaler.controller.ports import (
@@ -69,6 +69,7 @@ from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
 from predictive_scaler.sources.prometheus import PrometheusSource
@@ -295,8 +296,7 @@ class ControllerService:
         price = parsed.prewarm.budget.price_per_gpu_hour
         try:
             with self.budget.reserve(uid, price, now_s) as reservation:
-                reconciler.spec = capped_spec(parsed, reservation.allowed_gpus)
-                result = reconciler.step(state)
+                result = reconciler.step(state, cluster_share=reservation.share)
                 # In mode keda the speculative replicas exist too: KEDA's HPA runs them.
                 held = result.decision.speculative_gpus if result.applied or parsed.mode == "keda" else 0
                 reservation.settle(held, now_s)
@@ -309,8 +309,6 @@ class ControllerService:
                 return self._refuse(ref, runtime, "TargetNotFound", str(exc), previous, generation, now,
                                     mode=parsed.mode)
             raise
-        finally:
-            reconciler.spec = parsed
         if parsed.mode != "scale" and cluster.placeholder is not None:
             # Switched from scale to forecast-only or keda: it must leave nothing behind.
             cluster.remove_placeholder()
@@ -327,7 +325,7 @@ class ControllerService:
         events = list(result.events)
         if api.degraded:
             events.append(Event("Warning", API_EVENT, api.event_message()))
-        if reservation.allowed_gpus is not None and "budget" in result.decision.limits and reservation.reason:
+        if reservation.allowed_gpus is not None and Limit.BUDGET in result.decision.limits and reservation.reason:
             events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
         if runtime.model.problem and runtime.model.version:
             events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))

@@ -172,7 +172,7 @@ def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
         "budgetInUse": _budget(extra.budget_gpus, extra.budget_cost_per_hour, d.currency),
         "modelVersion": result.model_version,
         "lastReconcileTime": rfc3339(now),
-        "reasons": [str(r) for r in d.reasons][:20],
+        "reasons": list(d.sentences)[:20],  # the sentences users read; the typed reasons stay in the Decision
         "scheduledEvents": list(d.scheduled_events)[:50],
         "forecast": forecast_status(result, spec.quantile),
         "conditions": conditions_with_times(conds, _conditions_of(previous), now, generation),

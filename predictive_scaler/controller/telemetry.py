@@ -38,6 +38,7 @@ from predictive_scaler.controller.health import Verdict
 from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.metrics_catalog import CATALOG
 from predictive_scaler.policy.capacity import replicas_for
+from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.reconcile import ReconcileResult
 from predictive_scaler.spec import Mode, ScalerSpec
 
@@ -198,7 +199,7 @@ class Telemetry:
             limits = [x for x in (own, budget_limit) if x is not None]
             if limits:
                 m("predictive_scaler_budget_gpus_limit").labels(*labels).set(min(limits))
-            m("predictive_scaler_budget_limited").labels(*labels).set(1 if "budget" in d.limits else 0)
+            m("predictive_scaler_budget_limited").labels(*labels).set(1 if Limit.BUDGET in d.limits else 0)
             currency = d.currency
             price = spec.prewarm.budget.price_per_gpu_hour
             if track.currency is not None and track.currency != currency:

@@ -38,19 +38,21 @@ from typing import Any
 
 from predictive_scaler.errors import ClusterError
 from predictive_scaler.kube import manifests
-from predictive_scaler.kube.client import (
-    LIVE_PODS,
+from predictive_scaler.kube.autoscalers import (
     ConflictingAutoscaler,
-    KubeCluster,
-    NodeCapacity,
-    PodCounts,
-    WorkloadRef,
-    count_pods,
     hpa_conflicts,
-    node_gpus,
-    pod_gpu_request,
     scaled_object_conflicts,
 )
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.pods import (
+    LIVE_PODS,
+    NodeCapacity,
+    PodCounts,
+    count_pods,
+    node_gpus,
+    pod_gpu_request,
+)
+from predictive_scaler.kube.workloads import WorkloadRef
 
 log = logging.getLogger("predictive_scaler.kube.cache")
 

@@ -363,18 +363,15 @@ def event(
 
 
 def _check_dns_label(value: str, field: str) -> None:
-    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.match(value):
-        raise ConfigError(
-            f"{value!r} is not a valid name: use at most 63 lower-case letters, digits "
-            "and '-', starting and ending with a letter or digit",
-            field=field,
-        )
+    _check_name(value, field, _DNS_LABEL, 63,
+                "use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
 
 
 def _check_dns_subdomain(value: str, field: str) -> None:
-    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
-        raise ConfigError(
-            f"{value!r} is not a valid name: use lower-case letters, digits, '-' and '.', "
-            "at most 253 characters",
-            field=field,
-        )
+    _check_name(value, field, _DNS_SUBDOMAIN, 253,
+                "use lower-case letters, digits, '-' and '.', at most 253 characters")
+
+
+def _check_name(value: str, field: str, pattern: re.Pattern[str], longest: int, rule: str) -> None:
+    if not isinstance(value, str) or len(value) > longest or not pattern.match(value):
+        raise ConfigError(f"{value!r} is not a valid name: {rule}", field=field)

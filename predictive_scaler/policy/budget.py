@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from predictive_scaler.policy.capacity import REPLICA_CAP
+from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.spec import Budget
 
 
@@ -29,6 +30,8 @@ class Allowance:
     problem: str | None
     #: Human description of the limits, e.g. "max 8 GPUs, max 20.00 USD/h at 2.50 USD/GPU-hour".
     summary: str
+    #: What ``problem`` is, as data: BUDGET_INVALID or BUDGET_EMPTY (None when the budget is usable).
+    problem_limit: Limit | None = None
 
     def cost(self, gpus: int) -> float | None:
         return None if self.price_per_gpu_hour is None else gpus * self.price_per_gpu_hour
@@ -43,16 +46,62 @@ def _bad_number(value: Any) -> bool:
     )
 
 
-def allowance(budget: Budget) -> Allowance:
-    """Speculative GPUs the budget allows; 0 with a ``problem`` when it is unusable."""
+@dataclass(frozen=True)
+class ClusterShare:
+    """What the cluster-wide budget leaves one scaler this step (a value passed into the step).
+
+    ``gpus`` None means no cluster cap; ``reason`` says how it was derived (for the Event).
+    """
+
+    gpus: int | None
+    reason: str | None = None
+
+
+#: No cluster-wide cap.
+UNCAPPED = ClusterShare(None)
+
+
+def cluster_share(max_gpus: int | None, max_cost_per_hour: float | None, *, others_gpus: int, others_cost: float,
+                  price_per_gpu_hour: float | None) -> ClusterShare:
+    """The speculative GPUs one scaler may take under the cluster-wide cap, given what the others hold.
+
+    ``max_gpus``/``max_cost_per_hour`` are the cluster's (None: no cap on that axis); the cost cap is
+    counted at the scaler's own price, and fails closed (0 GPUs) without a usable one.
+    """
+    if max_gpus is None and max_cost_per_hour is None:
+        return UNCAPPED
+    allowed: int | None = None
+    reasons = []
+    if max_gpus is not None:
+        allowed = max(0, max_gpus - others_gpus)
+        reasons.append(f"the cluster-wide budget of {max_gpus} speculative GPUs has {allowed} left "
+                       f"({others_gpus} held by other scalers)")
+    if max_cost_per_hour is not None:
+        price = price_per_gpu_hour
+        if price is None or _bad_number(price):
+            return ClusterShare(0, "the cluster-wide cost budget needs every scaler's spec.prewarm.budget."
+                                   "pricePerGpuHour to count its cost; set it — no speculative GPUs until then")
+        left = max(0.0, max_cost_per_hour - others_cost)
+        by_cost = gpus_within(left, float(price))
+        reasons.append(f"the cluster-wide budget of {max_cost_per_hour:.2f}/h has {left:.2f}/h left")
+        allowed = by_cost if allowed is None else min(allowed, by_cost)
+    return ClusterShare(allowed, "; ".join(reasons))
+
+
+def allowance(budget: Budget, share: ClusterShare | None = None) -> Allowance:
+    """Speculative GPUs the budget allows; 0 with a ``problem`` when it is unusable.
+
+    ``share`` (the cluster-wide budget's part for this scaler) only ever lowers ``maxGpus``; an unset
+    per-scaler budget stays unset (no budget means no speculation).
+    """
     currency = budget.currency if isinstance(budget.currency, str) and budget.currency else "?"
     price = budget.price_per_gpu_hour
     max_gpus = budget.max_gpus
     max_cost = budget.max_cost_per_hour
 
-    def closed(problem: str) -> Allowance:
+    def closed(problem: str, limit: Limit = Limit.BUDGET_INVALID) -> Allowance:
         good_price = None if price is None or _bad_number(price) else float(price)
-        return Allowance(0, good_price, currency, problem, "no speculation")
+        return Allowance(0, good_price, currency, problem, "no speculation", limit)
 
     for name, value in (("maxGpus", max_gpus), ("maxCostPerHour", max_cost), ("pricePerGpuHour", price)):
         if value is not None and _bad_number(value):
@@ -63,7 +112,10 @@ def allowance(budget: Budget) -> Allowance:
                       "fix spec.prewarm.budget.maxGpus — no speculative GPUs until then")
     if max_gpus is None and max_cost is None:
         return closed("no prewarm budget is set (spec.prewarm.budget.maxGpus or maxCostPerHour), so "
-                      "nothing is speculated; set one to let the forecast add capacity ahead of demand")
+                      "nothing is speculated; set one to let the forecast add capacity ahead of demand",
+                      Limit.BUDGET_EMPTY)
+    if share is not None and share.gpus is not None:
+        max_gpus = share.gpus if max_gpus is None else min(int(max_gpus), share.gpus)
     gpus = REPLICA_CAP
     parts = []
     if max_gpus is not None:
@@ -74,20 +126,29 @@ def allowance(budget: Budget) -> Allowance:
             return closed("the prewarm budget is invalid: maxCostPerHour is set without pricePerGpuHour; "
                           "set spec.prewarm.budget.pricePerGpuHour — no speculative GPUs until then")
         parts.append(f"max {max_cost:.2f} {currency}/h at {price:.2f} {currency}/GPU-hour")
-        if price > 0:
-            gpus = min(gpus, _gpus_within(float(max_cost), float(price)))
+        gpus = min(gpus, gpus_within(float(max_cost), float(price)))
     return Allowance(gpus, None if price is None else float(price), currency, None, ", ".join(parts))
 
 
-def _gpus_within(max_cost: float, price: float) -> int:
-    """Largest n with n × price ≤ max_cost, exactly as the cost will be computed."""
-    ratio = max_cost / price
+def gpus_within(cost: float, price: float) -> int:
+    """Largest n with n × price ≤ cost, exactly as the cost will be computed: *the* "GPUs within a cost" rule.
+
+    Free GPUs (price ≤ 0) and a cost no finite count reaches are bounded by :data:`REPLICA_CAP` alone;
+    a cost that is not a non-negative number buys nothing; float rounding never buys one GPU too many.
+    """
+    if not (cost >= 0):  # also NaN
+        return 0
+    if price == 0:
+        return REPLICA_CAP  # free GPUs: the cost bounds nothing
+    if not (price > 0) or not math.isfinite(price):
+        return 0  # a negative, NaN or infinite price buys nothing (fail closed)
+    ratio = cost / price
     if not math.isfinite(ratio) or ratio >= REPLICA_CAP:
         return REPLICA_CAP
     n = math.floor(ratio)
-    while n > 0 and n * price > max_cost:
+    while n > 0 and n * price > cost:
         n -= 1
-    while (n + 1) * price <= max_cost and n < REPLICA_CAP:
+    while (n + 1) * price <= cost and n < REPLICA_CAP:
         n += 1
     return n
 

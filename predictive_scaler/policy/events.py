@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from predictive_scaler.policy.capacity import replicas_for
+from predictive_scaler.policy.reasons import Clamped, EventAsk, EventRaised, Limit, Reason
 from predictive_scaler.spec import WEEK, ScalerSpec, ScheduledEvent
 
 __all__ = ["Applied", "EventRaise", "Occurrence", "apply", "forecaster_options", "holiday_windows", "in_force",
@@ -76,7 +77,7 @@ class EventRaise:
     occurrences: tuple[Occurrence, ...]
     #: Replicas they ask for (before maxReplicas), 0 when they ask for none.
     replicas: int
-    reasons: tuple[str, ...]
+    reasons: tuple[EventAsk, ...]
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -95,23 +96,20 @@ def raise_plan(events: Sequence[ScheduledEvent], t: float, lead: float, *, plann
     now_in = in_force(events, t, lead)
     if not now_in:
         return None
-    asks: list[tuple[int, str]] = []
+    asks: list[EventAsk] = []
     for o in now_in:
         ev = o.event
-        when = "starts in" if t < o.start else "ends in"
-        left = int((o.start if t < o.start else o.end) - t)
+        starts = t < o.start
+        left = int((o.start if starts else o.end) - t)
         if ev.min_replicas is not None:
-            asks.append((ev.min_replicas, f"scheduled event {ev.name!r} ({when} {left} s) asks for at least "
-                                          f"{ev.min_replicas} replicas"))
+            asks.append(EventAsk(ev.name, starts, left, min_replicas=ev.min_replicas, replicas=ev.min_replicas))
         elif ev.demand_multiplier is not None and planned_demand is not None and math.isfinite(planned_demand):
             scaled = planned_demand * ev.demand_multiplier
-            n = replicas_for(scaled, capacity)
-            asks.append((n, f"scheduled event {ev.name!r} ({when} {left} s) plans for demand × "
-                            f"{ev.demand_multiplier:g} = {scaled:.4g} {unit}, {n} replicas"))
+            asks.append(EventAsk(ev.name, starts, left, multiplier=ev.demand_multiplier, demand=scaled, unit=unit,
+                                 replicas=replicas_for(scaled, capacity)))
         else:
-            asks.append((0, f"scheduled event {ev.name!r} ({when} {left} s): demand × "
-                            f"{ev.demand_multiplier:g} cannot be applied while demand is missing"))
-    return EventRaise(now_in, max(n for n, _ in asks), tuple(r for _, r in asks))
+            asks.append(EventAsk(ev.name, starts, left, multiplier=ev.demand_multiplier))
+    return EventRaise(now_in, max(a.replicas for a in asks), tuple(asks))
 
 
 def lead_seconds(spec: ScalerSpec) -> int:
@@ -126,8 +124,8 @@ class Applied:
 
     desired: int
     speculative_gpus: int
-    reasons: tuple[str, ...]
-    limits: tuple[str, ...]
+    reasons: tuple[Reason, ...]
+    limits: tuple[Limit, ...]
     names: tuple[str, ...]
 
 
@@ -144,19 +142,13 @@ def apply(spec: ScalerSpec, t: float, *, desired: int, speculative_gpus: int, re
                      capacity=spec.capacity_per_replica, unit=spec.demand_unit)
     if ask is None:
         return Applied(desired, speculative_gpus, (), (), ())
-    reasons = list(ask.reasons)
-    limits = ["event"]
+    reasons: list[Reason] = list(ask.reasons)
+    limits = [Limit.EVENT]
     target = min(ask.replicas, spec.max_replicas)
     if ask.replicas > spec.max_replicas:
-        limits.append("max-replicas")
-        reasons.append(f"clamped to maxReplicas {spec.max_replicas} (the scheduled events ask for {ask.replicas})")
-    if target > desired:
-        reasons.append(f"raised from {desired} to {target} replicas for the scheduled event(s) "
-                       f"{', '.join(map(repr, ask.names))}: asked for in spec.events, so not speculative and "
-                       "not charged to the prewarm budget")
-    else:
-        reasons.append(f"the plan's {desired} replicas already cover the scheduled event(s) "
-                       f"{', '.join(map(repr, ask.names))}")
+        limits.append(Limit.MAX_REPLICAS)
+        reasons.append(Clamped("max", spec.max_replicas, ask.replicas, "events"))
+    reasons.append(EventRaised(desired, max(desired, target), ask.names))
     if strategy == "predictive":
         gpr = spec.gpus_per_replica
         before = max(0, desired - reactive)

@@ -15,16 +15,15 @@ serialisable :class:`PlannerState`. Strategies:
 - ``hold`` — no valid demand: keep the current replicas, never scale down,
   keep (never add) placeholders within the budget.
 
-docs/planner.md lists every reason and limit string.
+Reasons and limits are typed (:mod:`predictive_scaler.policy.reasons`); docs/planner.md lists them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 # DemandSample lives in the core (sources need it); re-exported here (__all__).
 from predictive_scaler.core.values import DemandSample, Forecast
@@ -32,8 +31,16 @@ from predictive_scaler.policy import budget as budget_policy
 from predictive_scaler.policy import drift as drift_policy
 from predictive_scaler.policy import events as event_policy
 from predictive_scaler.policy import reactive as reactive_policy
-from predictive_scaler.policy.capacity import REPLICA_CAP, clamp, replicas_for, view_forecast
-from predictive_scaler.policy.state import PlannerState
+from predictive_scaler.policy import reasons as why
+from predictive_scaler.policy.capacity import (
+    REPLICA_CAP,
+    ForecastView,
+    clamp,
+    replicas_for,
+    view_forecast,
+)
+from predictive_scaler.policy.reasons import Limit, Reason
+from predictive_scaler.policy.state import DriftState, PlannerState
 from predictive_scaler.spec import ScalerSpec
 
 __all__ = ["ClusterState", "Decision", "DemandSample", "PlannerState", "plan"]
@@ -60,8 +67,8 @@ class Decision:
     strategy: str  # "predictive" | "reactive" | "hold"
     speculative_gpus: int
     speculative_cost_per_hour: float | None
-    limits: tuple[str, ...]
-    reasons: tuple[str, ...]
+    limits: tuple[Limit, ...]
+    reasons: tuple[Reason, ...]
     currency: str = "USD"
     #: What the HPA rule alone would do now (the floor of the predictive strategy).
     reactive_replicas: int = 0
@@ -75,9 +82,16 @@ class Decision:
     metrics_problem: str | None = None
     model_problem: str | None = None
     budget_problem: str | None = None
+    #: What ``budget_problem`` is: Limit.BUDGET_INVALID or Limit.BUDGET_EMPTY.
+    budget_problem_limit: Limit | None = None
     strategy_changed: bool = field(default=False)
     #: Names of the scheduled events (spec.events) in force.
     scheduled_events: tuple[str, ...] = ()
+
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        """The reasons as the sentences users read (status, JSON, Events)."""
+        return tuple(r.text() for r in self.reasons)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,8 +107,8 @@ class Decision:
             "forecastPodLead": self.forecast_pod_lead,
             "forecastNodeLead": self.forecast_node_lead,
             "drift": self.drift,
-            "limits": list(self.limits),
-            "reasons": list(self.reasons),
+            "limits": [str(x) for x in self.limits],
+            "reasons": list(self.sentences),
             "scheduledEvents": list(self.scheduled_events),
         }
 
@@ -128,6 +142,63 @@ def _demand_value(demand: DemandSample | None, now: float, max_age: int) -> tupl
     return v, None
 
 
+@dataclass(frozen=True)
+class _Observed:
+    """Step 1's output: the inputs as the planner trusts them."""
+
+    t: float
+    current: int
+    ready: int
+    placeholders: int
+    free: int
+    #: Valid demand now (None: missing data, ``demand_problem`` says why) and when it was observed.
+    value: float | None
+    demand_problem: str | None
+    observed_at: float | None
+    view: ForecastView | None
+    model_problem: str | None
+
+
+@dataclass(frozen=True)
+class _Counterfactual:
+    """Step 2's output: the HPA rule stepped on its own replica count (the floor and the budget's base)."""
+
+    reactive: reactive_policy.ReactiveResult
+    #: Its replicas now, and what was stored before this decision (a retried decision restarts from it).
+    replicas: int
+    stored: int | None
+    scale_events: tuple[tuple[float, int], ...]
+
+
+@dataclass
+class _Draft:
+    """The decision being built: what each later step reads and adds to."""
+
+    spec: ScalerSpec
+    allow: budget_policy.Allowance
+    cf: int
+    desired: int = 0
+    placeholders: int = 0
+    strategy: str = "predictive"
+    predicted: int | None = None
+    q_pod: float | None = None
+    q_node: float | None = None
+    limits: list[Limit] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
+
+    def speculative(self, replicas: int, gpus_held: int) -> int:
+        """Speculative GPUs of ``replicas`` and ``gpus_held`` placeholder GPUs above the counterfactual."""
+        return budget_policy.speculative_gpus(replicas, gpus_held, self.cf, self.spec.gpus_per_replica,
+                                              self.spec.prewarm.gpus_per_node)
+
+    def fits(self, replicas: int, gpus_held: int = 0) -> bool:
+        return self.speculative(replicas, gpus_held) <= self.allow.gpus
+
+    def limit(self, limit: Limit) -> None:
+        if limit not in self.limits:
+            self.limits.append(limit)
+
+
 def plan(
     spec: ScalerSpec,
     forecast: Forecast | None,
@@ -138,24 +209,45 @@ def plan(
     *,
     forecast_problem: str | None = None,
     metrics_problem: str | None = None,
+    cluster_share: budget_policy.ClusterShare | None = None,
 ) -> tuple[Decision, PlannerState]:
     """Decide replicas and placeholders for ``now``. Pure; same inputs → same outputs.
 
     ``forecast_problem``/``metrics_problem`` let the caller say why a forecast or a
     demand sample is missing (the ModelError/SourceError message) for the reasons.
-    """
-    t = now.timestamp()
-    current = _count(cluster.desired_replicas)
-    placeholders_now = _count(cluster.placeholder_gpus)
-    free = _count(cluster.free_gpus)
-    lo, hi = spec.min_replicas, spec.max_replicas
-    cap = spec.capacity_per_replica
-    unit = spec.demand_unit
-    gpr = spec.gpus_per_replica
-    gpn = spec.prewarm.gpus_per_node
-    allow = budget_policy.allowance(spec.prewarm.budget)
-    currency = allow.currency
+    ``cluster_share`` is what the cluster-wide budget leaves this scaler (it only lowers the
+    prewarm budget's ``maxGpus``; None: no cluster cap).
 
+    The steps, in order: observe the inputs → the reactive counterfactual → the strategy
+    (hold / reactive / predictive, drift) → the predictive want within the budget → fill
+    nodes → placeholders → the scheduled events → the decision and the new state.
+    """
+    seen = _observe(spec, forecast, demand, cluster, now, forecast_problem, metrics_problem)
+    drift_state = state.drift
+    if seen.view is not None:
+        drift_state = drift_policy.refresh_pending(drift_state, seen.view, seen.t, seen.observed_at)
+    cf = _counterfactual(spec, state, seen)
+    draft = _Draft(spec, budget_policy.allowance(spec.prewarm.budget, cluster_share), cf.replicas)
+    if seen.value is None:
+        missing_since = state.missing_since if state.missing_since is not None else seen.t
+        _missing_data(draft, seen, missing_since)
+    else:
+        missing_since = None
+        drift_state, _ = drift_policy.observe(
+            drift_state, spec.drift, seen.value, seen.t, seen.view.step_seconds if seen.view else None,
+            slack=0.1 * spec.capacity_per_replica, observed_at=seen.observed_at)
+        _choose_strategy(draft, seen, cf, drift_state)
+        if draft.strategy == "reactive" and spec.prewarm.fill_nodes:
+            draft.desired = _fill(draft, draft.desired)
+        if draft.strategy == "predictive":
+            _predictive(draft, seen, drift_state)
+    return _decide(draft, seen, cf, state, drift_state, missing_since)
+
+
+def _observe(spec: ScalerSpec, forecast: Forecast | None, demand: DemandSample | None, cluster: ClusterState,
+             now: datetime, forecast_problem: str | None, metrics_problem: str | None) -> _Observed:
+    """Step 1: counts made sane, demand validated (fresh, finite, ≥ 0), the forecast seen from ``now``."""
+    t = now.timestamp()
     value, demand_problem = _demand_value(demand, t, spec.demand.max_age_seconds)
     observed_at = demand.observed_at.timestamp() if value is not None and demand and demand.observed_at else None
     if value is None and metrics_problem:
@@ -164,248 +256,228 @@ def plan(
     model_problem = None
     if view is None:
         model_problem = forecast_problem or view_problem
+    return _Observed(t, _count(cluster.desired_replicas), _count(cluster.ready_replicas),
+                     _count(cluster.placeholder_gpus), _count(cluster.free_gpus), value, demand_problem,
+                     observed_at, view, model_problem)
 
-    drift_state = state.drift
-    if view is not None:
-        drift_state = drift_policy.refresh_pending(drift_state, view, t, observed_at)
-    # The counterfactual: the HPA rule stepped on its own replica count, never on the replicas the
-    # forecast raised (else HPA tolerance and the scale-down window fold speculation into the floor).
-    # It counts all its replicas ready (it has no pods to observe); the first decision, before any
-    # speculation, starts it from the workload as the HPA would: its replicas and their readiness.
+
+def _counterfactual(spec: ScalerSpec, state: PlannerState, seen: _Observed) -> _Counterfactual:
+    """Step 2: the HPA rule stepped on its own replica count, never on the replicas the forecast raised.
+
+    (Else HPA tolerance and the scale-down window fold speculation into the floor.) It counts all its
+    replicas ready (it has no pods to observe); the first decision, before any speculation, starts it
+    from the workload as the HPA would: its replicas and their readiness.
+    """
+    t = seen.t
     retried = state.last_decided_at == t
     stored = state.counterfactual_prior if retried else state.counterfactual
     if stored is not None:
         cf_before = cf_ready = stored
     else:
-        cf_before, cf_ready = current, _count(cluster.ready_replicas)
+        cf_before, cf_ready = seen.current, seen.ready
     events = reactive_policy.prune_events(state.scale_events, spec.reactive, t)
-    reasons: list[str] = []
-    limits: list[str] = []
-    predicted: int | None = None
-    q_pod = q_node = None
-    placeholders = 0
-
     reactive = reactive_policy.recommend(
-        spec.reactive, demand=value, capacity=cap * spec.reactive.target_utilization, current=cf_before,
-        ready=cf_ready,
-        min_replicas=lo, max_replicas=hi, recommendations=state.recommendations,
-        scale_events=events, now=t, unit=unit,
+        spec.reactive, demand=seen.value, capacity=spec.capacity_per_replica * spec.reactive.target_utilization,
+        current=cf_before, ready=cf_ready, min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+        recommendations=state.recommendations, scale_events=events, now=t, unit=spec.demand_unit,
     )
     cf = reactive.desired
     if cf != cf_before:
         events = tuple(e for e in events if e[0] != t) + ((t, cf - cf_before),)
+    return _Counterfactual(reactive, cf, stored, events)
 
-    def speculative(replicas: int, gpus_held: int) -> int:
-        return budget_policy.speculative_gpus(replicas, gpus_held, cf, gpr, gpn)
 
-    if value is None:
-        missing_since = state.missing_since if state.missing_since is not None else t
-        periods = int((t - missing_since) // spec.control_period_seconds) + 1
-        # Never scale down on missing data: the current replicas, not the counterfactual's.
-        desired = clamp(max(current, lo), lo, hi)
-        limits.append("missing-data")
-        if desired < current:
-            limits.append("max-replicas")
-        if periods <= spec.missing_data_periods:
-            strategy = "hold"
-            reasons.append(
-                f"holding {desired} replicas: no valid demand for {periods} control period(s) "
-                f"({demand_problem}); never scaling down on missing data, no new prewarming; "
-                f"reactive fallback after {spec.missing_data_periods} periods")
-            if spec.prewarm.enabled and placeholders_now >= gpr:
-                kept = budget_policy.most_within(
-                    0, placeholders_now // gpr, lambda k: speculative(desired, k * gpr) <= allow.gpus)
-                placeholders = kept * gpr
-                if placeholders:
-                    reasons.append(f"keeping {placeholders} placeholder GPUs already present "
-                                   f"({speculative(desired, placeholders)} speculative GPUs on whole nodes)")
-        else:
-            strategy = "reactive"
-            reasons.append(
-                f"reactive fallback: no valid demand for {periods} control periods ({demand_problem}); "
-                f"keeping {desired} replicas (missing metrics never scale down) and removing placeholders")
+def _missing_data(draft: _Draft, seen: _Observed, missing_since: float) -> None:
+    """Step 3 without demand: hold (keep replicas and, within the budget, placeholders), later reactive."""
+    spec = draft.spec
+    lo, hi, gpr = spec.min_replicas, spec.max_replicas, spec.gpus_per_replica
+    periods = int((seen.t - missing_since) // spec.control_period_seconds) + 1
+    # Never scale down on missing data: the current replicas, not the counterfactual's.
+    desired = draft.desired = clamp(max(seen.current, lo), lo, hi)
+    draft.limits.append(Limit.MISSING_DATA)
+    if desired < seen.current:
+        draft.limits.append(Limit.MAX_REPLICAS)
+    if periods <= spec.missing_data_periods:
+        draft.strategy = "hold"
+        draft.reasons.append(why.Holding(desired, periods, seen.demand_problem, spec.missing_data_periods))
+        if spec.prewarm.enabled and seen.placeholders >= gpr:
+            kept = budget_policy.most_within(0, seen.placeholders // gpr, lambda k: draft.fits(desired, k * gpr))
+            draft.placeholders = kept * gpr
+            if draft.placeholders:
+                draft.reasons.append(why.KeepingPlaceholders(draft.placeholders,
+                                                             draft.speculative(desired, draft.placeholders)))
     else:
-        missing_since = None
-        drift_state, _ = drift_policy.observe(
-            drift_state, spec.drift, value, t, view.step_seconds if view else None, slack=0.1 * cap,
-            observed_at=observed_at)
-        limits.extend(reactive.limits)
-        if model_problem is not None:
-            strategy = "reactive"
-            reasons.append(f"reactive: {model_problem}; scaling like the HPA until a valid model is served")
-        elif drift_state.drifting:
-            strategy = "reactive"
-            why = drift_state.reason or f"forecast drift ({drift_state.direction})"
-            good = "" if drift_state.good_since is None else \
-                f"; good again for {int(t - drift_state.good_since)} s"
-            reasons.append(f"reactive: {why}; back to predictive after the forecast has been good for "
-                           f"{spec.drift.recovery_seconds} s{good}")
-        else:
-            strategy = "predictive"
-        reasons.extend(reactive.reasons)
-        desired = cf
-        if strategy == "reactive" and spec.prewarm.fill_nodes:
-            desired = _fill(cf, cf, hi, gpr, gpn, allow.gpus, speculative, reasons)
-        if strategy == "predictive":
-            assert view is not None
-            if drift_state.note and drift_state.note_at == t:
-                reasons.append(drift_state.note)
-            lead_pod = spec.lead_times.pod_start_seconds
-            lead_node = spec.lead_times.node_start_seconds
-            ahead = spec.prewarm.replicas_ahead
-            # Replicas ahead: sized for the highest quantile over the node lead time, so whole nodes
-            # arrive before the peak and leave as soon as the forecast over that window allows.
-            if ahead:
-                lead_pod = lead_node
-            q_pod, _ = view.max_over(t, t + lead_pod)
-            q_node, node_covered = view.max_over(t, t + lead_node)
-            # The forecast is of step means; per-minute peaks inside a step run above them.
-            peak = spec.demand.intra_step_peak_factor
-            size_pod, size_node = q_pod * peak, q_node * peak
-            predicted = clamp(replicas_for(size_pod, cap), lo, hi)
-            raw_pred = replicas_for(size_pod, cap)
-            p = f"P{spec.quantile * 100:g}"
-            peak_text = "" if peak == 1 else (
-                f", × {peak:g} for the peaks inside a {view.step_seconds // 60:g}-minute step "
-                f"(demand.intraStepPeakFactor) = {size_pod:.4g} {unit}")
-            reasons.append(f"predictive: {p} demand over the next {lead_pod} s is {q_pod:.4g} {unit}{peak_text}; "
-                           f"at {cap:g} {unit} per replica that needs {raw_pred} replicas")
-            if raw_pred > hi:
-                limits.append("max-replicas")
-                reasons.append(f"clamped to maxReplicas {hi} (forecast asks for {raw_pred})")
-            # The floor: the reactive counterfactual — or, with replicas ahead (the forecast is the
-            # stabilisation), the replicas the demand observed now needs.
-            floor = clamp(replicas_for(value, cap), lo, hi) if ahead else cf
-            want = max(predicted, floor)
-            desired = budget_policy.most_within(min(want, cf), want, lambda d: speculative(d, 0) <= allow.gpus)
-            if want > cf:
-                cost = allow.cost(speculative(desired, 0))
-                reasons.append(
-                    f"{desired - cf} replicas above the reactive need of {cf} are speculative "
-                    f"({speculative(desired, 0)} GPUs on whole nodes{_cost_text(cost, currency)})")
-                if desired < want:
-                    limits.append("budget")
-                    reasons.append(_budget_text(allow, speculative(want, 0), "replicas"))
-            elif ahead and want < cf:
-                reasons.append(f"the forecast over the next {lead_pod} s and the demand now need {want} replicas, "
-                               f"fewer than the reactive rule's {cf} (its scale-down window): releasing to {want}")
-            elif predicted < cf:
-                reasons.append(f"the forecast needs {predicted} replicas, fewer than the reactive "
-                               f"{cf}; keeping the reactive floor")
-            if spec.prewarm.fill_nodes:
-                desired = _fill(desired, cf, hi, gpr, gpn, allow.gpus, speculative, reasons)
-            if spec.prewarm.enabled:
-                placeholders, ph_reasons, ph_limited = _placeholders(
-                    size_node, cap, unit, hi, desired, current, free, gpr, gpn, lead_node, node_covered,
-                    allow, currency, p if peak == 1 else f"{p} × intra-step peak factor {peak:g}", speculative)
-                reasons.extend(ph_reasons)
-                if ph_limited and "budget" not in limits:
-                    limits.append("budget")
-    spec_gpus = speculative(desired, placeholders)
-    scheduled = event_policy.apply(spec, t, desired=desired, speculative_gpus=spec_gpus, reactive=cf,
-                                   strategy=strategy, forecast=q_pod, demand=value)
-    desired, spec_gpus, limits, reasons = scheduled.desired, scheduled.speculative_gpus, \
-        limits + list(scheduled.limits), reasons + list(scheduled.reasons)
-    if allow.problem is not None and strategy == "predictive":
-        limits.append("budget-invalid" if "invalid" in allow.problem else "budget-empty")
-        reasons.append(allow.problem)
-    cost = allow.cost(spec_gpus)
+        draft.strategy = "reactive"
+        draft.reasons.append(why.MissingDataFallback(periods, seen.demand_problem, desired))
+    if desired < seen.current:
+        draft.reasons.append(why.Clamped("max", desired, seen.current, "hold"))
 
-    changed = strategy != state.strategy
+
+def _choose_strategy(draft: _Draft, seen: _Observed, cf: _Counterfactual, drift: DriftState) -> None:
+    """Step 3 with demand: reactive on a missing/invalid model or drift, else predictive; the HPA floor."""
+    spec = draft.spec
+    draft.limits.extend(cf.reactive.limits)
+    if seen.model_problem is not None:
+        draft.strategy = "reactive"
+        draft.reasons.append(why.ModelFallback(seen.model_problem))
+    elif drift.drifting:
+        draft.strategy = "reactive"
+        draft.reasons.append(why.DriftFallback(
+            drift.reason or f"forecast drift ({drift.direction})", spec.drift.recovery_seconds,
+            None if drift.good_since is None else int(seen.t - drift.good_since)))
+    else:
+        draft.strategy = "predictive"
+    draft.reasons.extend(cf.reactive.reasons)
+    draft.desired = cf.replicas
+
+
+def _predictive(draft: _Draft, seen: _Observed, drift: DriftState) -> None:
+    """Steps 4–6 of the predictive strategy: the forecast's want within the budget, fill, placeholders."""
+    spec, t, cf, hi = draft.spec, seen.t, draft.cf, draft.spec.max_replicas
+    view, value = seen.view, seen.value
+    assert view is not None and value is not None
+    if drift.note and drift.note_at == t:
+        draft.reasons.append(why.DriftNote(drift.note))
+    lead_pod = spec.lead_times.pod_start_seconds
+    lead_node = spec.lead_times.node_start_seconds
+    ahead = spec.prewarm.replicas_ahead
+    # Replicas ahead: sized for the highest quantile over the node lead time, so whole nodes
+    # arrive before the peak and leave as soon as the forecast over that window allows.
+    if ahead:
+        lead_pod = lead_node
+    q_pod, _ = view.max_over(t, t + lead_pod)
+    q_node, node_covered = view.max_over(t, t + lead_node)
+    draft.q_pod, draft.q_node = q_pod, q_node
+    # The forecast is of step means; per-minute peaks inside a step run above them.
+    peak = spec.demand.intra_step_peak_factor
+    cap = spec.capacity_per_replica
+    size_pod, size_node = q_pod * peak, q_node * peak
+    raw_pred = replicas_for(size_pod, cap)
+    predicted = draft.predicted = clamp(raw_pred, spec.min_replicas, hi)
+    draft.reasons.append(why.PredictiveNeed(spec.quantile, lead_pod, q_pod, spec.demand_unit, peak,
+                                            view.step_seconds, size_pod, cap, raw_pred))
+    if raw_pred > hi:
+        draft.limits.append(Limit.MAX_REPLICAS)
+        draft.reasons.append(why.Clamped("max", hi, raw_pred, "forecast"))
+    # The floor: the reactive counterfactual — or, with replicas ahead (the forecast is the
+    # stabilisation), the replicas the demand observed now needs.
+    floor = clamp(replicas_for(value, cap), spec.min_replicas, hi) if ahead else cf
+    want = max(predicted, floor)
+    draft.desired = _within_budget(draft, want)
+    if want < cf and ahead:
+        draft.reasons.append(why.ReleasingAhead(lead_pod, want, cf))
+    elif want <= cf and predicted < cf:
+        draft.reasons.append(why.ReactiveFloor(predicted, cf))
+    if spec.prewarm.fill_nodes:
+        draft.desired = _fill(draft, draft.desired)
+    if spec.prewarm.enabled:
+        _placeholders(draft, size_node, seen.current, seen.free, lead_node, node_covered, peak)
+
+
+def _within_budget(draft: _Draft, want: int) -> int:
+    """Step 4: the most replicas up to ``want`` whose speculation the budget allows (never below the floor)."""
+    cf = draft.cf
+    desired = budget_policy.most_within(min(want, cf), want, lambda d: draft.fits(d))
+    if want > cf:
+        gpus = draft.speculative(desired, 0)
+        draft.reasons.append(why.SpeculativeReplicas(desired - cf, cf, gpus, draft.allow.cost(gpus),
+                                                     draft.allow.currency))
+        if desired < want:
+            draft.limits.append(Limit.BUDGET)
+            draft.reasons.append(_budget_limited(draft.allow, draft.speculative(want, 0), "replicas"))
+    return desired
+
+
+def _fill(draft: _Draft, desired: int) -> int:
+    """Step 5: ``desired`` raised to fill every GPU of the whole nodes it takes (prewarm.fillNodes), within budget."""
+    per_node = max(1, draft.spec.prewarm.gpus_per_node // draft.spec.gpus_per_replica)
+    full = min(draft.spec.max_replicas, -(-desired // per_node) * per_node)
+    filled = budget_policy.most_within(desired, full, lambda d: draft.fits(d))
+    if filled > desired:
+        draft.reasons.append(why.FillNodes(filled, -(-filled // per_node), desired))
+    return filled
+
+
+def _placeholders(draft: _Draft, q_node: float, current: int, free: int, lead_node: int, covered: bool,
+                  peak: float) -> None:
+    """Step 6: placeholder GPUs for the demand one node lead time ahead.
+
+    Placeholders hold GPUs for every replica the node lead time needs beyond ``desired`` — on free
+    GPUs of existing nodes first (the simulator and the scheduler put them there), the rest on new
+    nodes — as many as the budget allows above the counterfactual, whole nodes counted.
+    """
+    spec, desired, allow = draft.spec, draft.desired, draft.allow
+    gpr, unit = spec.gpus_per_replica, spec.demand_unit
+    need = min(replicas_for(q_node, spec.capacity_per_replica), spec.max_replicas)
+    extra = max(0, need - desired)
+    if extra == 0:
+        draft.reasons.append(why.Prewarm(spec.quantile, peak, lead_node, q_node, unit, covered, need, desired, 0, 0))
+        return
+    new_replica_gpus = max(0, desired - current) * gpr
+    free_after = max(0, free - new_replica_gpus)
+    fit_free = min(extra, free_after // gpr)
+    draft.reasons.append(why.Prewarm(spec.quantile, peak, lead_node, q_node, unit, covered, need, desired, extra,
+                                     fit_free))
+    allowed = budget_policy.most_within(0, extra, lambda k: draft.fits(desired, k * gpr))
+    gpus = draft.placeholders = allowed * gpr
+    if gpus:
+        total = draft.speculative(desired, gpus)
+        draft.reasons.append(why.Placeholders(gpus, spec.prewarm.gpus_per_node, total, allow.cost(total),
+                                              allow.currency))
+    if allowed < extra:
+        draft.reasons.append(_budget_limited(allow, draft.speculative(desired, extra * gpr), "prewarmed nodes"))
+        draft.limit(Limit.BUDGET)
+
+
+def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerState, drift: DriftState,
+            missing_since: float | None) -> tuple[Decision, PlannerState]:
+    """Step 7: the scheduled events raise the plan; the budget's problem is reported; decision and state."""
+    spec, allow, t = draft.spec, draft.allow, seen.t
+    spec_gpus = draft.speculative(draft.desired, draft.placeholders)
+    scheduled = event_policy.apply(spec, t, desired=draft.desired, speculative_gpus=spec_gpus, reactive=draft.cf,
+                                   strategy=draft.strategy, forecast=draft.q_pod, demand=seen.value)
+    limits = draft.limits + list(scheduled.limits)
+    reasons = draft.reasons + list(scheduled.reasons)
+    if allow.problem is not None and allow.problem_limit is not None and draft.strategy == "predictive":
+        limits.append(allow.problem_limit)
+        reasons.append(why.BudgetProblem(allow.problem_limit, allow.problem))
+    changed = draft.strategy != state.strategy
     new_state = PlannerState(
-        strategy=strategy,
+        strategy=draft.strategy,
         strategy_since=t if changed else state.strategy_since,
-        recommendations=reactive.recommendations,
-        scale_events=events,
+        recommendations=cf.reactive.recommendations,
+        scale_events=cf.scale_events,
         missing_since=missing_since,
-        counterfactual=cf if value is not None else stored,
-        counterfactual_prior=stored,
-        drift=drift_state,
+        counterfactual=draft.cf if seen.value is not None else cf.stored,
+        counterfactual_prior=cf.stored,
+        drift=drift,
         last_decided_at=t,
     )
     decision = Decision(
-        desired_replicas=desired,
-        placeholder_gpus=placeholders,
-        strategy=strategy,
-        speculative_gpus=spec_gpus,
-        speculative_cost_per_hour=cost,
+        desired_replicas=scheduled.desired,
+        placeholder_gpus=draft.placeholders,
+        strategy=draft.strategy,
+        speculative_gpus=scheduled.speculative_gpus,
+        speculative_cost_per_hour=allow.cost(scheduled.speculative_gpus),
         limits=tuple(dict.fromkeys(limits)),
         reasons=tuple(reasons),
-        currency=currency,
-        reactive_replicas=cf,
-        predicted_replicas=predicted,
-        demand=value,
-        forecast_pod_lead=q_pod,
-        forecast_node_lead=q_node,
-        drift=drift_state.direction if drift_state.drifting else None,
-        metrics_problem=demand_problem,
-        model_problem=model_problem,
+        currency=allow.currency,
+        reactive_replicas=draft.cf,
+        predicted_replicas=draft.predicted,
+        demand=seen.value,
+        forecast_pod_lead=draft.q_pod,
+        forecast_node_lead=draft.q_node,
+        drift=drift.direction if drift.drifting else None,
+        metrics_problem=seen.demand_problem,
+        model_problem=seen.model_problem,
         budget_problem=allow.problem,
+        budget_problem_limit=allow.problem_limit,
         strategy_changed=changed and state.strategy != "",
         scheduled_events=scheduled.names,
     )
     return decision, new_state
 
 
-def _placeholders(
-    q_node: float, cap: float, unit: str, hi: int, desired: int, current: int, free: int,
-    gpr: int, gpn: int, lead_node: int, covered: bool,
-    allow: budget_policy.Allowance, currency: str, p: str, speculative: Callable[[int, int], int],
-) -> tuple[int, list[str], bool]:
-    """Placeholder GPUs for the demand one node lead time ahead; (gpus, reasons, budget-limited).
-
-    Placeholders hold GPUs for every replica the node lead time needs beyond ``desired`` — on free
-    GPUs of existing nodes first (the simulator and the scheduler put them there), the rest on new
-    nodes — as many as the budget allows above the counterfactual, whole nodes counted.
-    """
-    reasons: list[str] = []
-    need = min(replicas_for(q_node, cap), hi)
-    extra = max(0, need - desired)
-    horizon = "" if covered else " (the forecast horizon ends before the node lead time)"
-    if extra == 0:
-        reasons.append(f"prewarm: {p} demand over the next {lead_node} s is {q_node:.4g} {unit}{horizon}, "
-                       f"needing {need} replicas; the {desired} existing or starting replicas cover it, "
-                       "no placeholders")
-        return 0, reasons, False
-    new_replica_gpus = max(0, desired - current) * gpr
-    free_after = max(0, free - new_replica_gpus)
-    fit_free = min(extra, free_after // gpr)
-    reasons.append(
-        f"prewarm: {p} demand over the next {lead_node} s is {q_node:.4g} {unit}{horizon}, needing {need} "
-        f"replicas, {extra} more than the {desired} existing or starting; {fit_free} fit on free GPUs of "
-        f"existing nodes, {extra - fit_free} need new nodes")
-    allowed = budget_policy.most_within(0, extra, lambda k: speculative(desired, k * gpr) <= allow.gpus)
-    gpus = allowed * gpr
-    if gpus:
-        total = speculative(desired, gpus)
-        reasons.append(
-            f"{gpus} placeholder GPUs keep capacity warm on nodes of {gpn} GPUs "
-            f"({total} speculative GPUs in all{_cost_text(allow.cost(total), currency)})")
-    limited = allowed < extra
-    if limited:
-        reasons.append(_budget_text(allow, speculative(desired, extra * gpr), "prewarmed nodes"))
-    return gpus, reasons, limited
-
-
-def _fill(desired: int, cf: int, hi: int, gpr: int, gpn: int, allowed: int,
-          speculative: Callable[[int, int], int], reasons: list[str]) -> int:
-    """``desired`` raised to fill every GPU of the whole nodes it takes (prewarm.fillNodes), within budget."""
-    per_node = max(1, gpn // gpr)
-    full = min(hi, -(-desired // per_node) * per_node)
-    filled = budget_policy.most_within(desired, full, lambda d: speculative(d, 0) <= allowed)
-    if filled > desired:
-        reasons.append(f"fill nodes: {filled} replicas use every GPU of the {-(-filled // per_node)} node(s) "
-                       f"{desired} replicas take (a billed GPU costs the same idle or serving)")
-    return filled
-
-
-def _cost_text(cost: float | None, currency: str) -> str:
-    return "" if cost is None else f", {cost:.2f} {currency}/h"
-
-
-def _budget_text(allow: budget_policy.Allowance, wanted_gpus: int, what: str, remaining: int | None = None) -> str:
-    if allow.problem is not None:
-        return f"no speculative {what}: {allow.problem}"
-    left = "" if remaining is None else f", {max(0, remaining)} GPUs of it left after the speculative replicas"
-    return (f"prewarm budget limits the speculative {what}: they would take {wanted_gpus} GPUs, the budget "
-            f"allows {allow.gpus} ({allow.summary}){left}")
+def _budget_limited(allow: budget_policy.Allowance, wanted_gpus: int, what: Literal["replicas", "prewarmed nodes"],
+                    ) -> why.BudgetLimited:
+    return why.BudgetLimited(what, wanted_gpus, allow.gpus, allow.summary, allow.problem)

@@ -25,6 +25,15 @@ import math
 from dataclasses import dataclass
 
 from predictive_scaler.policy.capacity import REPLICA_CAP, clamp, replicas_for
+from predictive_scaler.policy.reasons import (
+    Clamped,
+    HpaRule,
+    Limit,
+    MissingDemandKept,
+    RateLimited,
+    Reason,
+    Stabilised,
+)
 from predictive_scaler.spec import ReactiveBehavior
 
 _EPS = 1e-9
@@ -35,37 +44,36 @@ class ReactiveResult:
     desired: int
     raw: int
     recommendations: tuple[tuple[float, int], ...]
-    limits: tuple[str, ...]
-    reasons: tuple[str, ...]
+    limits: tuple[Limit, ...]
+    reasons: tuple[Reason, ...]
 
 
 def raw_recommendation(
     demand: float, capacity: float, current: int, ready: int, tolerance: float, unit: str = ""
-) -> tuple[int, str]:
-    """HPA's replica calculation (step 1) and a sentence explaining it."""
+) -> tuple[int, HpaRule]:
+    """HPA's replica calculation (step 1) and the reason explaining it."""
     need = replicas_for(demand, capacity)
-    per = f"{capacity:g} {unit} per replica".strip()
     if current <= 0:
-        return need, f"observed demand {demand:.4g} {unit} needs {need} replicas at {per}"
+        return need, HpaRule("need", demand, unit, capacity, need)
     ready = min(max(ready, 0), current)
     missing = current - ready
     ratio = demand / (ready * capacity) if ready > 0 else (math.inf if demand > 0 else 0.0)
     if missing == 0:
         if abs(ratio - 1.0) <= tolerance:
-            return current, (f"observed demand {demand:.4g} {unit} is {ratio:.0%} of the {current} replicas' "
-                             f"capacity, within the {tolerance:.0%} tolerance: keep {current}")
-        return _ceil(ratio * current), f"observed demand {demand:.4g} {unit} needs {need} replicas at {per}"
-    if ratio > 1.0:
+            return current, HpaRule("tolerance", demand, unit, capacity, current, ratio=ratio, tolerance=tolerance,
+                                    current=current)
+        return _ceil(ratio * current), HpaRule("need", demand, unit, capacity, need)
+    busy = ratio <= 1.0
+    if not busy:
         new_ratio = demand / (current * capacity)
-        assumption = f"{missing} not-ready replicas counted as idle"
     else:
         new_ratio = (demand + missing * capacity) / (current * capacity)
-        assumption = f"{missing} not-ready replicas counted as fully busy"
     if abs(new_ratio - 1.0) <= tolerance or (ratio > 1.0) != (new_ratio > 1.0) or new_ratio == 1.0:
-        return current, (f"observed demand {demand:.4g} {unit} with {assumption} is {new_ratio:.0%} of "
-                         f"{current} replicas' capacity: keep {current}")
+        return current, HpaRule("missing-keep", demand, unit, capacity, current, ratio=new_ratio, current=current,
+                                not_ready=missing, counted_busy=busy)
     raw = _ceil(new_ratio * current)
-    return raw, f"observed demand {demand:.4g} {unit} with {assumption} asks for {raw} replicas at {per}"
+    return raw, HpaRule("missing-ask", demand, unit, capacity, raw, ratio=new_ratio, current=current,
+                        not_ready=missing, counted_busy=busy)
 
 
 def _ceil(x: float) -> int:
@@ -91,14 +99,13 @@ def recommend(
     """One HPA evaluation at ``now``; ``demand=None`` means the metric is missing."""
     if demand is None:
         desired = clamp(max(current, min_replicas), min_replicas, max_replicas)
-        held = ("max-replicas",) if desired < current else ()
-        return ReactiveResult(desired, current, _prune(recommendations, behavior, now), held, (
-            f"demand is missing, so the reactive policy keeps the current {current} replicas "
-            "(missing metrics never scale down)",))
+        held = (Limit.MAX_REPLICAS,) if desired < current else ()
+        return ReactiveResult(desired, current, _prune(recommendations, behavior, now), held,
+                              (MissingDemandKept(current),))
     raw, why = raw_recommendation(demand, capacity, current, ready, behavior.tolerance, unit)
     window = tuple((t, r) for t, r in _prune(recommendations, behavior, now) if t != now) + ((now, raw),)
-    reasons = [f"reactive (HPA rule): {why}"]
-    limits: list[str] = []
+    reasons: list[Reason] = [why]
+    limits: list[Limit] = []
 
     up_cut = now - behavior.scale_up_stabilization_seconds
     down_cut = now - behavior.scale_down_stabilization_seconds
@@ -110,13 +117,11 @@ def recommend(
     if rec > down_rec:
         rec = down_rec
     if rec > raw and raw < current:
-        limits.append("scale-down-stabilization")
-        reasons.append(f"scale-down stabilisation: the highest recommendation in the last "
-                       f"{behavior.scale_down_stabilization_seconds} s is {down_rec}, so not below {rec}")
+        reasons.append(Stabilised("down", behavior.scale_down_stabilization_seconds, down_rec, rec))
+        limits.append(Limit.SCALE_DOWN_STABILIZATION)
     elif rec < raw and raw > current:
-        limits.append("scale-up-stabilization")
-        reasons.append(f"scale-up stabilisation: the lowest recommendation in the last "
-                       f"{behavior.scale_up_stabilization_seconds} s is {up_rec}")
+        reasons.append(Stabilised("up", behavior.scale_up_stabilization_seconds, up_rec, rec))
+        limits.append(Limit.SCALE_UP_STABILIZATION)
 
     if rec > current:
         added = sum(n for t, n in scale_events if n > 0 and now - behavior.scale_up_period_seconds < t < now)
@@ -125,28 +130,27 @@ def recommend(
         by_pods = start + behavior.scale_up_pods
         limit = max(by_percent, by_pods)
         if rec > limit:
-            limits.append("scale-up-rate")
-            reasons.append(f"scale-up rate limit: at most max({behavior.scale_up_percent} %, "
-                           f"{behavior.scale_up_pods} pods) per {behavior.scale_up_period_seconds} s from "
-                           f"{start}, so {limit} instead of {rec}")
+            limits.append(Limit.SCALE_UP_RATE)
+            reasons.append(RateLimited("up", behavior.scale_up_percent, behavior.scale_up_pods,
+                                       behavior.scale_up_period_seconds, start, limit, rec))
             rec = limit
     elif rec < current:
         removed = sum(-n for t, n in scale_events if n < 0 and now - behavior.scale_down_period_seconds < t < now)
         start = current + removed
         limit = math.ceil(start * (1 - behavior.scale_down_percent / 100) - _EPS)
         if rec < limit:
-            limits.append("scale-down-rate")
-            reasons.append(f"scale-down rate limit: at most {behavior.scale_down_percent} % per "
-                           f"{behavior.scale_down_period_seconds} s from {start}, so {limit} instead of {rec}")
+            limits.append(Limit.SCALE_DOWN_RATE)
+            reasons.append(RateLimited("down", behavior.scale_down_percent, 0, behavior.scale_down_period_seconds,
+                                       start, limit, rec))
             rec = limit
 
     desired = clamp(rec, min_replicas, max_replicas)
     if desired > rec:
-        limits.append("min-replicas")
-        reasons.append(f"clamped up to minReplicas {min_replicas} (reactive asked for {rec})")
+        limits.append(Limit.MIN_REPLICAS)
+        reasons.append(Clamped("min", min_replicas, rec, "reactive"))
     elif desired < rec:
-        limits.append("max-replicas")
-        reasons.append(f"clamped down to maxReplicas {max_replicas} (reactive asked for {rec})")
+        limits.append(Limit.MAX_REPLICAS)
+        reasons.append(Clamped("max", max_replicas, rec, "reactive"))
     return ReactiveResult(desired, raw, window, tuple(limits), tuple(reasons))
 
 

@@ -18,7 +18,8 @@ from predictive_scaler.controller.service import ControllerService
 from predictive_scaler.controller.settings import ClusterBudgetLimits, ControllerSettings
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
-from predictive_scaler.kube.client import KubeCluster, api_call_for
+from predictive_scaler.kube.api_calls import api_call_for
+from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource

@@ -171,11 +171,11 @@ def test_a_server_without_the_hpa_api_is_named_in_the_condition_and_event(
     event_names: str | None,
 ) -> None:
     # Before: a 404 on autoscaling/v2 had no retry kind, so the Event read "Kubernetes API errors (): …".
-    from tests.kube.test_client import _serve_hpa_versions
+    from tests.kube.shared import serve_hpa_versions
 
     handlers, _ = world
     install(fake_api, replicas=4)
-    _serve_hpa_versions(fake_api, served)
+    serve_hpa_versions(fake_api, served)
     assert _reconcile(handlers, fake_api) == outcome
     cond = condition(scaler(fake_api)["status"], "ApiDegraded")
     warnings = _warnings(fake_api)

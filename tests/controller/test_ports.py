@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from predictive_scaler.controller.budget import ClusterBudget, capped_spec
+from predictive_scaler.controller.budget import ClusterBudget
 from predictive_scaler.controller.ports import KubeClusterPort, ScalerRef, StoreModelPort
 from predictive_scaler.controller.settings import ClusterBudgetLimits, ControllerSettings
 from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.policy.budget import ClusterShare
 from predictive_scaler.policy.planner import Decision
 from predictive_scaler.spec import ScalerSpec
 from tests.controller.conftest import (
@@ -196,13 +197,11 @@ def test_allowance(limits: ClusterBudgetLimits, price: float | None, others: int
         assert r.allowed_gpus == expected
 
 
-def test_capped_spec_only_lowers() -> None:
-    spec = ScalerSpec.from_dict(scaler_spec())
-    assert capped_spec(spec, 3).prewarm.budget.max_gpus == 3
-    assert capped_spec(spec, 30).prewarm.budget.max_gpus == 8
-    assert capped_spec(spec, None) is spec
-    unbudgeted = ScalerSpec.from_dict(scaler_spec(prewarm={"enabled": False}))
-    assert capped_spec(unbudgeted, 3).prewarm.budget.max_gpus is None  # no budget stays no speculation
+def test_the_reservation_is_the_share_the_step_takes() -> None:
+    ledger = ClusterBudget(ClusterBudgetLimits(max_gpus=10))
+    ledger.seed("other", 7, 7.0, 0.0)
+    with ledger.reserve("me", 1.0, 0.0) as r:
+        assert r.share == ClusterShare(3, r.reason) and r.reason and "3 left" in r.reason
 
 
 # -- settings ------------------------------------------------------------------------------------

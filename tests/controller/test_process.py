@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 from pytest_httpserver import HTTPServer
+from support.processes import stop_process
 from support.prometheus import BackfilledPrometheus, free_port
 
 from predictive_scaler.forecasting.store import ModelStore
@@ -63,14 +64,7 @@ class Controller:
 
     def stop(self, sig: int = signal.SIGTERM) -> float:
         began = time.monotonic()
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return float("inf")
-        return time.monotonic() - began
+        return time.monotonic() - began if stop_process(self.proc, grace=30, sig=sig) else float("inf")
 
 
 @pytest.fixture

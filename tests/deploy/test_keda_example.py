@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from predictive_scaler import crd
 from predictive_scaler.keda.ownership import foreign
-from predictive_scaler.kube.client import ConflictingAutoscaler, external_scaler_names
+from predictive_scaler.kube.autoscalers import ConflictingAutoscaler, external_scaler_names
 from predictive_scaler.spec import ScalerSpec
 from tests.deploy.support import OVERLAYS, one, render
 

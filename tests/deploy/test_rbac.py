@@ -1,4 +1,4 @@
-"""RBAC grants exactly what the code calls: kube/client.API_CALLS plus kopf's own needs. No Secrets."""
+"""RBAC grants exactly what the code calls: kube/api_calls.API_CALLS plus kopf's own needs. No Secrets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from predictive_scaler import crd
-from predictive_scaler.kube import client, manifests
+from predictive_scaler.kube import api_calls, discovery, manifests
 
 from .support import OVERLAYS, find, one, render
 
@@ -47,13 +47,13 @@ def admission_needs() -> frozenset[Permission]:
 
 def _scalable_builtins() -> set[tuple[str, str]]:
     # The adapter's table of built-in kinds with /scale; other kinds need the user's own rule.
-    return {(group, plural) for (group, _kind), plural in client._BUILTIN_SCALABLE.items()}
+    return {(group, plural) for (group, _kind), plural in discovery.BUILTIN_SCALABLE.items()}
 
 
 def adapter_needs() -> frozenset[Permission]:
     """API_CALLS as RBAC permissions; the target's templated /scale rows expand to the built-in kinds."""
     out: set[Permission] = set()
-    for call in client.API_CALLS:
+    for call in api_calls.API_CALLS:
         if not call.resource:
             continue  # discovery: non-resource URLs every authenticated user may read
         if "{plural}" in call.resource:
@@ -126,7 +126,7 @@ def test_service_accounts_are_the_ones_the_pods_use():
 def test_expansion_covers_every_api_call():
     # Guards the comparison above: each adapter call maps to at least one granted permission.
     have = granted(_role_of("predictive-scaler-controller"))
-    for call in client.API_CALLS:
+    for call in api_calls.API_CALLS:
         if call.resource:
             assert any(verb == call.verb and (call.resource == res or "{plural}" in call.resource)
                        for _, res, verb in have), call

@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from support.kubeapi import KubeApiServer, apply_deploy, running_control_plane
-from support.prometheus import PrometheusServer, free_port
+from support.processes import stop_process
+from support.prometheus import LoadedPrometheus, PrometheusServer, free_port
+from support.specs import scaler_spec
 
 from predictive_scaler import crd
 from predictive_scaler.forecasting.baselines import SeasonalNaiveForecaster
@@ -83,17 +85,12 @@ def demand_series(start: datetime, minutes: int, now: datetime, seed: int = 3) -
 
 
 @dataclass(frozen=True)
-class RecentDemand:
+class RecentDemand(LoadedPrometheus):
     """A real Prometheus whose counters run from four days ago to three hours ahead of the wall clock
     (the controller process reads at the system time), and the series they integrate."""
 
-    server: PrometheusServer
     series: Series
     started: datetime
-
-    @property
-    def url(self) -> str:
-        return self.server.url
 
 
 @pytest.fixture(scope="session")
@@ -149,13 +146,7 @@ class ControllerProcess:
             return ""
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
+        stop_process(self.popen, grace=20, sig=sig)
         return int(self.popen.returncode)
 
 
@@ -195,18 +186,9 @@ def make_target(api: KubeApiServer, namespace: str, name: str = MODEL, replicas:
 
 
 def scaler_manifest(namespace: str, mode: str = "scale", name: str = MODEL, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "mode": mode,
-        "target": {"name": MODEL},
-        "demand": {"kind": "requests", "query": QUERY},
-        "capacity": {"requestsPerReplica": PER_REPLICA},
-        "minReplicas": 1, "maxReplicas": 12,
-        "leadTimes": {"podStartSeconds": 120, "nodeStartSeconds": 1800},
-        "prewarm": {"enabled": True, "gpusPerNode": 1,
-                    "budget": {"maxGpus": 6, "pricePerGpuHour": 2.5, "currency": "USD"}},
-        "model": {"name": MODEL},
-    }
-    body.update(spec)
+    body = scaler_spec(model=MODEL, query=QUERY, requests_per_replica=PER_REPLICA, max_replicas=12,
+                       node_start_seconds=1800, gpus_per_node=1, max_gpus=6, target={"name": MODEL}, mode=mode,
+                       **spec)
     return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "PredictiveScaler",
             "metadata": {"name": name, "namespace": namespace}, "spec": body}
 

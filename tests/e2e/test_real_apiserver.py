@@ -21,12 +21,10 @@ from support.prometheus import running_prometheus
 from predictive_scaler import crd
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.kube import manifests
-from predictive_scaler.kube.client import (
-    KubeCluster,
-    PlaceholderSpec,
-    WorkloadRef,
-    api_client_from_environment,
-)
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.kubeconfig import api_client_from_environment
+from predictive_scaler.kube.placeholders import PlaceholderSpec
+from predictive_scaler.kube.workloads import WorkloadRef
 from tests.deploy.test_rbac import KOPF_NEEDS, adapter_needs, admission_needs
 from tests.deploy.test_servicemonitor import OPERATOR_TARGET_LABELS, SERVICE_MONITOR
 from tests.e2e.conftest import (
@@ -144,7 +142,10 @@ def test_scale_mode_scales_and_prewarms_and_the_placeholder_is_resized_and_garba
     smaller = first - 1
     patch_scaler(kube_api, ns, {"spec": {"prewarm": {"budget": {"maxGpus": smaller}}}})
     kube_api.wait_for("the placeholder resized", lambda: 1 <= (replicas(kube_api, ns, PLACEHOLDER) or 0) <= smaller)
-    assert reconciled(kube_api, ns)["status"]["budgetInUse"]["gpus"] <= smaller
+    # The status read now may still be the one written before the resize (the reconcile that resized
+    # writes its status after acting): every status written after it is planned on the smaller budget.
+    seen = reconciled(kube_api, ns)["status"]["lastReconcileTime"]
+    assert reconciled(kube_api, ns, after=seen)["status"]["budgetInUse"]["gpus"] <= smaller
 
     # Deleting the scaler: the garbage collector removes the placeholder through its ownerReference.
     assert get_deployment(kube_api, ns, PLACEHOLDER) is not None

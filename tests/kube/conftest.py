@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.kube.client import KubeCluster, api_call_for
+from predictive_scaler.kube.api_calls import api_call_for
+from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
 from tests.kube.fake_apiserver import FakeApiServer
 

@@ -363,17 +363,9 @@ class FakeApiServer:
         target_name: str,
         target_api_version: str | None = "apps/v1",
     ) -> dict[str, Any]:
-        ref = {"kind": target_kind, "name": target_name}
-        if target_api_version:
-            ref["apiVersion"] = target_api_version
-        return self.put(
-            {
-                "apiVersion": "autoscaling/v2",
-                "kind": "HorizontalPodAutoscaler",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"scaleTargetRef": ref, "minReplicas": 1, "maxReplicas": 10},
-            }
-        )
+        return self._put_autoscaler("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name,
+                                    _target_ref(target_kind, target_name, target_api_version),
+                                    minReplicas=1, maxReplicas=10)
 
     def add_scaled_object(
         self,
@@ -383,19 +375,13 @@ class FakeApiServer:
         target_kind: str | None = None,
         target_api_version: str | None = None,
     ) -> dict[str, Any]:
-        ref: dict[str, str] = {"name": target_name}
-        if target_kind:
-            ref["kind"] = target_kind
-        if target_api_version:
-            ref["apiVersion"] = target_api_version
-        return self.put(
-            {
-                "apiVersion": "keda.sh/v1alpha1",
-                "kind": "ScaledObject",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"scaleTargetRef": ref, "triggers": []},
-            }
-        )
+        return self._put_autoscaler("keda.sh/v1alpha1", "ScaledObject", namespace, name,
+                                    _target_ref(target_kind, target_name, target_api_version), triggers=[])
+
+    def _put_autoscaler(self, api_version: str, kind: str, namespace: str, name: str,
+                        ref: dict[str, str], **spec: Any) -> dict[str, Any]:
+        return self.put({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+                         "spec": {"scaleTargetRef": ref, **spec}})
 
     def add_scaler(
         self, namespace: str, name: str, spec: Mapping[str, Any] | None = None
@@ -627,10 +613,10 @@ class FakeApiServer:
         elif sub == "scale" and rtype.scale:
             handlers = {
                 "GET": lambda: self._scale_of(rtype, self._existing(rtype, namespace, name)),
-                "PATCH": lambda: self._patch_scale(
-                    rtype, namespace, name, content_type, body, dry_run
+                "PATCH": lambda: self._patch(
+                    rtype, namespace, name, content_type, body, dry_run, part="scale"
                 ),
-                "PUT": lambda: self._patch_scale(rtype, namespace, name, _MERGE, body, dry_run),
+                "PUT": lambda: self._patch(rtype, namespace, name, _MERGE, body, dry_run, part="scale"),
             }
         elif sub == "status" and rtype.status:
             handlers = {
@@ -825,6 +811,8 @@ class FakeApiServer:
         part: str,
     ) -> dict[str, Any]:
         current = self._existing(rtype, namespace, name)
+        if part == "scale":
+            return self._patch_scale(rtype, current, name, content_type, body, dry_run)
         patched = self._apply_patch(rtype, current, content_type, body, name)
         if part == "status":
             result = copy.deepcopy(current)
@@ -920,15 +908,10 @@ class FakeApiServer:
         }
 
     def _patch_scale(
-        self,
-        rtype: ResourceType,
-        namespace: str | None,
-        name: str,
-        content_type: str | None,
-        body: Any,
+        self, rtype: ResourceType, current: dict[str, Any], name: str, content_type: str | None, body: Any,
         dry_run: bool,
     ) -> dict[str, Any]:
-        current = self._existing(rtype, namespace, name)
+        """A patch of the ``/scale`` subresource (a PUT of it is applied as a merge patch)."""
         scale = self._scale_of(rtype, current)
         media = (content_type or "").split(";")[0].strip()
         if media == _JSON_PATCH:
@@ -1268,3 +1251,8 @@ def _parse_field_selector(
         else:
             predicates.append(lambda obj, f=lookup, v=value: f(obj) == v)
     return predicates
+
+
+def _target_ref(kind: str | None, name: str, api_version: str | None) -> dict[str, str]:
+    """A scaleTargetRef; an omitted kind or apiVersion is left out (KEDA and the HPA default them)."""
+    return {key: value for key, value in (("kind", kind), ("name", name), ("apiVersion", api_version)) if value}

@@ -15,7 +15,8 @@ from predictive_scaler.kube.cache import (
     ClusterCache,
     parse_selector,
 )
-from predictive_scaler.kube.client import KubeCluster, WorkloadRef
+from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.workloads import WorkloadRef
 
 from .fake_apiserver import FakeApiServer
 

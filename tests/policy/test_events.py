@@ -10,6 +10,7 @@ import pytest
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.policy import events as ev
 from predictive_scaler.policy.planner import ClusterState, DemandSample, plan
+from predictive_scaler.policy.reasons import EventAsk, EventRaised, Limit
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import ScalerSpec
 
@@ -125,8 +126,8 @@ def test_the_planner_raises_to_the_event(events: list[dict[str, Any]], offset: f
     assert d.desired_replicas == expected
     assert d.scheduled_events == named
     if named:
-        assert "event" in d.limits
-        assert any("scheduled event" in r for r in d.reasons)
+        assert Limit.EVENT in d.limits
+        assert {r.name for r in d.reasons if isinstance(r, EventAsk)} == set(named)
 
 
 def test_the_raise_is_not_speculative_and_stays_within_max_replicas() -> None:
@@ -139,4 +140,5 @@ def test_the_raise_is_not_speculative_and_stays_within_max_replicas() -> None:
 def test_a_plan_above_the_floor_is_kept() -> None:
     d = decide(spec(event()), 3600, demand=150.0, replicas=15)
     assert d.desired_replicas == 15
-    assert any("already cover" in r for r in d.reasons)
+    assert [(r.before, r.to) for r in d.reasons if isinstance(r, EventRaised)] == [(15, 15)]
+    assert "already cover" in " ".join(d.sentences)

@@ -15,6 +15,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from support.prometheus import BackfilledPrometheus
 from support.proxy import FaultProxy
+from support.specs import scaler_spec
 
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
@@ -52,19 +53,8 @@ def capacity_per_replica(prom: BackfilledPrometheus) -> float:
 
 
 def matrix_spec(prom: BackfilledPrometheus, **overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "mode": "scale",
-        "target": {"apiVersion": "apps/v1", "kind": "Deployment", "name": MODEL},
-        "demand": {"kind": "requests", "query": QUERY},
-        "capacity": {"requestsPerReplica": capacity_per_replica(prom)},
-        "minReplicas": 1, "maxReplicas": 12,
-        "leadTimes": {"podStartSeconds": 120, "nodeStartSeconds": 1500},
-        "prewarm": {"enabled": True, "gpusPerNode": 2,
-                    "budget": {"maxGpus": 4, "pricePerGpuHour": 2.5, "currency": "USD"}},
-        "model": {"name": MODEL},
-    }
-    spec.update(overrides)
-    return spec
+    return scaler_spec(model=MODEL, query=QUERY, requests_per_replica=capacity_per_replica(prom), max_replicas=12,
+                       **overrides)
 
 
 def fit_persistence(series: Series, name: str) -> tuple[Any, TrainingWindow]:

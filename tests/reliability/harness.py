@@ -30,7 +30,8 @@ from predictive_scaler.controller.settings import ControllerSettings
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.kube import manifests
-from predictive_scaler.kube.client import KubeCluster, api_call_for
+from predictive_scaler.kube.api_calls import api_call_for
+from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.reconcile import ReconcileResult
 from predictive_scaler.sources.prometheus import PrometheusSource

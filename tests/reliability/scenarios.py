@@ -56,7 +56,7 @@ COMMON_INVARIANTS = (
     "no scale-down in a period whose demand was missing",
     "the placeholder Deployment holds exactly what the last applied decision asked for (none when "
     "reactive), so no stale placeholder survives a period",
-    "every request to the API server is one of kube/client.API_CALLS (the RBAC source)",
+    "every request to the API server is one of kube/api_calls.API_CALLS (the RBAC source)",
 )
 
 HOLD_THEN_REACTIVE = ("hold", "hold", "hold", "reactive")

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from pytest_httpserver import HTTPServer
+from support.specs import scaler_spec
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
@@ -111,16 +112,7 @@ def test_hostile_spec(case: Case, work: Path) -> None:
 
 MODEL = "llm"
 START = datetime(2026, 3, 2, 9, 1, tzinfo=UTC)
-SCALER: dict[str, Any] = {
-    "mode": "scale",
-    "target": {"apiVersion": "apps/v1", "kind": "Deployment", "name": MODEL},
-    "demand": {"kind": "requests", "query": "sum(rate(requests_total[2m]))"},
-    "capacity": {"requestsPerReplica": 100},
-    "minReplicas": 1, "maxReplicas": 10,
-    "leadTimes": {"podStartSeconds": 120, "nodeStartSeconds": 1500},
-    "prewarm": {"enabled": True, "gpusPerNode": 4, "budget": {"maxGpus": 4, "pricePerGpuHour": 2.5}},
-    "model": {"name": MODEL},
-}
+SCALER: dict[str, Any] = scaler_spec(model=MODEL, gpus_per_node=4)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from pytest_httpserver import HTTPServer
+from support.specs import scaler_spec
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
@@ -38,16 +39,7 @@ from tests.reliability.harness import World
 
 START = datetime(2018, 6, 20, 8, 1, tzinfo=UTC)
 
-SPEC: dict[str, Any] = {
-    "mode": "scale",
-    "target": {"apiVersion": "apps/v1", "kind": "Deployment", "name": MODEL},
-    "demand": {"kind": "requests", "query": "sum(rate(requests_total[2m]))"},
-    "capacity": {"requestsPerReplica": 150},
-    "minReplicas": 1, "maxReplicas": 10,
-    "leadTimes": {"podStartSeconds": 120, "nodeStartSeconds": 1500},
-    "prewarm": {"enabled": True, "gpusPerNode": 2, "budget": {"maxGpus": 4, "pricePerGpuHour": 2.5}},
-    "model": {"name": MODEL},
-}
+SPEC: dict[str, Any] = scaler_spec(model=MODEL, requests_per_replica=150)
 
 
 class ControllerMachine(RuleBasedStateMachine):

@@ -40,6 +40,7 @@ import requests
 import yaml
 
 from predictive_scaler import crd
+from support.processes import stop_process
 from support.prometheus import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,13 +134,7 @@ class Process:
             return ""
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
+        stop_process(self.popen, grace=15)
 
 
 @dataclass

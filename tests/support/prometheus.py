@@ -34,6 +34,7 @@ from predictive_scaler.sources.openmetrics import (
     GaugeFamily,
     write_openmetrics,
 )
+from support.processes import stop_process
 
 RETENTION = "100y"
 #: Constant gauges need a sample only every few minutes to stay within the 5-minute lookback.
@@ -104,13 +105,7 @@ class PrometheusServer:
     startup_seconds: float
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process, grace=10)
 
     def log_tail(self) -> str:
         try:
@@ -263,13 +258,19 @@ def standard_history(sample_step: int = DEFAULT_SAMPLE_STEP_SECONDS) -> tuple[St
 
 
 @dataclass(frozen=True)
-class BackfilledPrometheus:
-    """A running Prometheus holding :class:`StandardHistory`."""
+class LoadedPrometheus:
+    """A running Prometheus loaded with test data (what a subclass adds says which)."""
 
     server: PrometheusServer
-    history: StandardHistory
-    backfill: BackfillReport
 
     @property
     def url(self) -> str:
         return self.server.url
+
+
+@dataclass(frozen=True)
+class BackfilledPrometheus(LoadedPrometheus):
+    """A running Prometheus holding :class:`StandardHistory`."""
+
+    history: StandardHistory
+    backfill: BackfillReport
