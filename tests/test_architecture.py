@@ -53,6 +53,8 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
                  id="sibling-parts-import-each-other"),
     pytest.param("kube/retry.py", "import predictive_scaler.controller.run", "Parts are layered",
                  id="kube-imports-the-controller"),
+    pytest.param("retrain/sharding.py", "import predictive_scaler.backtest.runner", "Parts are layered",
+                 id="retrain-imports-the-backtest"),
     pytest.param("backtest/simulator.py", "import predictive_scaler.backtest.runner",
                  "No import cycles between the backtest", id="new-backtest-cycle"),
 ])

@@ -10,21 +10,22 @@ import pandas as pd
 import pytest
 
 from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.retrain import job as retrain
 from predictive_scaler.retrain import (
-    job as retrain,  # the job module: monkeypatched where it looks names up
+    training,  # the training function: monkeypatched where it looks names up
 )
 from tests.test_retrain import FAST, START, FakeHistory, synthetic, target
 
 
 def test_past_occurrences_reach_prophet_as_holidays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
-    real = retrain.train_model
+    real = training.train_model
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         seen.append(kwargs.get("options"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(retrain, "train_model", recording)
+    monkeypatch.setattr(training, "train_model", recording)
     t = target("chat", events=[{"name": "launch", "start": "2026-01-06T10:00:00+01:00",
                                 "end": "2026-01-06T12:00:00+01:00", "minReplicas": 3, "recurrence": "weekly"}])
     now = START + timedelta(days=16)
@@ -39,8 +40,8 @@ def test_past_occurrences_reach_prophet_as_holidays(tmp_path: Path, monkeypatch:
 
 def test_no_events_no_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
-    real = retrain.train_model
-    monkeypatch.setattr(retrain, "train_model", lambda *a, **k: seen.append(k.get("options")) or real(*a, **k))
+    real = training.train_model
+    monkeypatch.setattr(training, "train_model", lambda *a, **k: seen.append(k.get("options")) or real(*a, **k))
     t = target("plain")
     retrain.retrain_scaler(t, FakeHistory({t.key: synthetic(16)}), ModelStore(tmp_path), FAST,
                            START + timedelta(days=16), "r")

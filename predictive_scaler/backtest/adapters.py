@@ -10,36 +10,42 @@ class the in-cluster controller runs — with these adapters plugged in:
   it records every forecast the reconciler asked for, for the accuracy report;
 - :class:`SimulatorCluster` (ClusterPort): observe/apply on the simulated cluster.
 
-Retraining follows the retraining job: every ``retrain_every`` a challenger is
-trained on everything observed so far and replaces the serving model only if
-the forecasting engine's promotion rule says so.
+Retraining *is* the retraining job: at the start and every ``retrain_every`` the
+job's own training function (:func:`~predictive_scaler.retrain.training.train_and_promote`)
+runs on what was observed so far, with :class:`TraceHistory` (the trace replay) as
+its history port and an in-memory model store; the model it promotes is served
+next, and one it keeps leaves the serving model in place.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy, naive_scale
+from predictive_scaler.backtest.protocol import ForecastRecord, ModelEvent, Progress, Setup
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.errors import ModelError, SourceError
+from predictive_scaler.errors import DataError, ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel, Forecast
-from predictive_scaler.policy import events as event_policy
+from predictive_scaler.forecasting.evaluation import model_series
 from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
-from predictive_scaler.series import Series, format_duration
-from predictive_scaler.spec import ScheduledEvent
-
-if TYPE_CHECKING:
-    from predictive_scaler.backtest.runner import ForecastRecord, ModelEvent, Progress, Setup
+from predictive_scaler.retrain.history import GpuUsage
+from predictive_scaler.retrain.job import default_run_id
+from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
+from predictive_scaler.retrain.stores import MemoryStore, ServingModel
+from predictive_scaler.retrain.training import train_and_promote
+from predictive_scaler.series import Series, check_history, format_duration
+from predictive_scaler.spec import ScalerSpec
 
 
 class TraceMetrics:
@@ -216,59 +222,92 @@ class SimulatorCluster:
 
 # -- training -------------------------------------------------------------------------------------
 
-@dataclass
-class Trainer:
-    """Trains and promotes models as the weekly retraining job does.
+class TraceHistory:
+    """HistoryPort over the trace replay: what was observed by a retraining, at the model step.
 
-    Each training evaluates the candidate kinds on the last ``retrain_every`` of
-    history (earlier data trains them), so the challenger's scores and the
-    serving model's — taken from the forecasts it actually served over that
-    same window — are comparable, as :func:`selection.promote` requires.
+    It refuses a history as the Prometheus pull does (``sources/history.py``): fewer than
+    ``min_history`` observed from the first to the last value → InsufficientHistoryError;
+    more than ``max_missing_fraction`` missing since the first value → DataError. There is
+    no DCGM in a trace: :meth:`gpu_usage` reports nothing.
     """
 
-    kinds: tuple[str, ...]
-    quantile: float
-    horizon: timedelta
-    step_seconds: int
-    scored_window: timedelta
+    def __init__(self, observed: Series) -> None:
+        self.observed = observed
+
+    def demand(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int, *,
+               min_history: timedelta | None, max_missing_fraction: float | None) -> Series:
+        grid = model_series(self.observed, step_seconds)
+        cut = grid.slice(math.ceil((pd.Timestamp(start) - grid.start) / grid.step), grid.index_at(end))
+        present = np.flatnonzero(np.isfinite(cut.values))
+        if present.size == 0:
+            raise DataError(f"the trace has no observations between {start.isoformat()} and {end.isoformat()}")
+        observed = cut.slice(int(present[0]), len(cut))
+        with warnings.catch_warnings():  # a protocol below 14 days is said once, in the report's notes
+            warnings.simplefilter("ignore", UserWarning)
+            check_history(observed.slice(0, int(present[-1] - present[0]) + 1), min_history, max_missing=None)
+        if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
+            raise DataError(f"{observed.missing_fraction:.0%} of the trace's steps since {observed.start} are "
+                            f"missing (> {max_missing_fraction:.0%} allowed)")
+        return observed
+
+    def gpu_usage(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int) -> GpuUsage:
+        return GpuUsage()
+
+
+#: With a training window shorter than the job's minimum history, the candidates train on this
+#: much before they are scored (what the backtest used before it trained through the job).
+SHORT_MIN_FIT = timedelta(days=4)
+
+
+def retrain_settings(setup: Setup) -> tuple[RetrainSettings, str | None]:
+    """The retraining job's settings for this backtest, and a note when they differ from the CronJob's.
+
+    The CronJob's own (28 days pulled, 14 required, 2 held out, candidates fitted on 10 days
+    and scored on up to 7 after them), with the scenario's candidates — unless the training
+    window is shorter than the 14 days the job requires (traces shorter than 21 days train
+    on 7): then the minimum is the training window, the holdout shrinks in proportion and the
+    candidates train on 4 days before they are scored.
+    """
+    job = RetrainSettings(kinds=setup.scenario.forecasters)
+    if setup.training >= job.min_history:
+        return job, None
+    holdout = max(timedelta(hours=1), job.holdout * (setup.training / job.min_history))
+    scaled = replace(job, min_history=setup.training, holdout=holdout, min_compare=min(job.min_compare, holdout),
+                     min_fit=min(job.min_fit, SHORT_MIN_FIT))
+    return scaled, (
+        f"the {format_duration(setup.training)} training window is shorter than the "
+        f"{format_duration(job.min_history)} of history the retraining job requires (the CronJob would skip "
+        f"this scaler): its training function ran with a minimum of {format_duration(scaled.min_history)}, a "
+        f"{format_duration(scaled.holdout)} holdout and {format_duration(scaled.min_fit)} to fit candidates on "
+        "before scoring them")
+
+
+@dataclass
+class Trainer:
+    """The predictive policy's retraining: the retraining job's own function
+    (:func:`~predictive_scaler.retrain.training.train_and_promote` — window, candidates, holdout,
+    score window, minimum-history guard and promotion rule) with the trace replay as its history
+    port and an in-memory model store; the model it promotes is the one served next.
+    """
+
+    spec: ScalerSpec
+    settings: RetrainSettings
+    store: MemoryStore = field(default_factory=MemoryStore)
     events: list[ModelEvent] = field(default_factory=list)
-    #: The spec's scheduled events: their past occurrences are Prophet's holidays, as in the retraining job.
-    scheduled: tuple[ScheduledEvent, ...] = ()
 
-    def initial(self, history: Series, at: datetime) -> FittedModel:
-        model, _, kind, seconds = self._train(history)
-        self._log(at, kind, True, "first model, trained on the training window", seconds)
-        return model
+    @property
+    def target(self) -> ScalerTarget:
+        return ScalerTarget("backtest", "backtest", self.spec)
 
-    def retrain(self, history: Series, at: datetime, serving_metrics: dict[str, Any] | None) -> FittedModel | None:
-        """A challenger that the promotion rule accepted, or None when the serving model stays."""
-        from predictive_scaler.forecasting.selection import promote
-
-        try:
-            model, metrics, kind, seconds = self._train(history)
-        except ModelError as exc:
-            self._log(at, "-", False, f"retraining failed, serving model kept: {exc}", 0.0)
-            return None
-        decision = promote(metrics, serving_metrics, self.quantile)
-        self._log(at, kind, decision.promote, decision.reason, seconds)
-        return model if decision.promote else None
-
-    def _train(self, history: Series) -> tuple[FittedModel, dict[str, Any], str, float]:
-        from predictive_scaler.forecasting.selection import train_model
-
-        min_history = max(timedelta(days=4), history.span - self.scored_window)
-        started = time.perf_counter()
-        options = event_policy.forecaster_options(self.scheduled, history.start.timestamp(), history.end.timestamp())
-        result = train_model(history, kinds=self.kinds, quantile=self.quantile, horizon=self.horizon,
-                             min_history=min_history, step_seconds=self.step_seconds, options=options)
-        challenger = result.metrics.get("models", {}).get(result.kind, {})
-        return result.model, challenger, result.kind, time.perf_counter() - started
-
-    def _log(self, at: datetime, kind: str, promoted: bool, reason: str, seconds: float) -> None:
-        from predictive_scaler.backtest.runner import ModelEvent
-
-        self.events.append(ModelEvent(at=pd.Timestamp(at).isoformat(), kind=kind, promoted=promoted,
-                                      reason=reason, fit_seconds=seconds))
+    def retrain(self, observed: Series, at: datetime) -> ServingModel | None:
+        """The job's run at ``at`` on what was ``observed`` by then: the model it promoted, else None."""
+        outcome = train_and_promote(self.target, TraceHistory(observed), self.store, self.settings, at,
+                                    default_run_id(at))
+        promoted = outcome.result == "promoted"
+        reason = outcome.reason if outcome.result in ("promoted", "kept") else f"{outcome.result}: {outcome.reason}"
+        self.events.append(ModelEvent(at=pd.Timestamp(at).isoformat(), kind=outcome.kind or "-", promoted=promoted,
+                                      reason=reason, fit_seconds=outcome.seconds))
+        return self.store.load_serving(self.target.model_name) if promoted else None
 
 
 # -- the predictive policy ------------------------------------------------------------------------
@@ -284,8 +323,8 @@ class PredictiveCache:
     """
 
     key: tuple[Any, ...] | None = None
-    initial: FittedModel | None = None
-    retrained: dict[float, FittedModel | None] = field(default_factory=dict)
+    initial: ServingModel | None = None
+    retrained: dict[float, ServingModel | None] = field(default_factory=dict)
     events: list[ModelEvent] = field(default_factory=list)
     forecasts: dict[tuple[str | None, int], Forecast] = field(default_factory=dict)
     filled: bool = False
@@ -314,8 +353,6 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     With a filled ``cache`` (from a run of the same trace and protocol), models and forecasts are
     taken from it instead of being trained and computed again.
     """
-    from predictive_scaler.backtest.runner import ForecastRecord
-
     scenario, spec = setup.scenario, setup.spec
     if cache is not None:
         cache.check(setup)
@@ -323,18 +360,22 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     start = setup.eval_start.to_pydatetime()
     metrics = TraceMetrics(_observable(setup), scenario.cluster.metrics_delay_s)
     step = setup.model_step
-    trainer = Trainer(kinds=scenario.forecasters, quantile=spec.quantile,
-                      horizon=timedelta(seconds=spec.horizon_seconds), step_seconds=step,
-                      scored_window=scenario.retrain_every, scheduled=spec.events)
+    settings, settings_note = retrain_settings(setup)
+    trainer = Trainer(spec=spec, settings=settings)
     if reuse:
         assert cache is not None and cache.initial is not None
         first = cache.initial
     else:
-        first = trainer.initial(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
+        # The training window is history, all of it observed when the evaluation starts.
+        initial = trainer.retrain(metrics.trace.until(setup.eval_start - pd.Timedelta(seconds=1)), start)
+        if initial is None:
+            raise ModelError(f"the retraining job's first run, on the {format_duration(setup.training)} training "
+                             f"window, produced no model: {trainer.events[-1].reason}")
+        first = initial
         if cache is not None:
             cache.initial = first
     quantiles = tuple(sorted({0.5, spec.quantile}))
-    served = ServedModel(first, "v1", horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles,
+    served = ServedModel(first.model, first.version, horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles,
                          recent_steps=None if spec.model.recent_window_seconds is None
                          else max(1, spec.model.recent_window_seconds // step),
                          memo=None if cache is None else cache.forecasts)
@@ -353,7 +394,7 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     port = SimulatorCluster(start)
     clock = FakeClock(start)
     reconciler = reconciler_class(spec, metrics, served, port, clock)
-    carry: dict[str, Any] = {"state": PlannerState(), "next_retrain": retrain_every, "versions": 1}
+    carry: dict[str, Any] = {"state": PlannerState(), "next_retrain": retrain_every}
 
     def control(i: int, now_s: float, cluster: SimulatedCluster) -> bool:
         port.cluster = cluster
@@ -365,14 +406,11 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
                 assert cache is not None
                 challenger = cache.retrained[now_s]
             else:
-                served_scores = _served_scores(setup, served, since=now - scenario.retrain_every)
-                challenger = trainer.retrain(metrics.trace.until(observed_until - metrics.trace.step), now,
-                                             served_scores)
+                challenger = trainer.retrain(metrics.trace.until(observed_until - metrics.trace.step), now)
                 if cache is not None:
                     cache.retrained[now_s] = challenger
             if challenger is not None:
-                carry["versions"] += 1
-                served.swap(challenger, f"v{carry['versions']}")
+                served.swap(challenger.model, challenger.version)
             precompute(now.timestamp())
         clock.set(now)
         result = reconciler.step(carry["state"])
@@ -393,7 +431,8 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
             trainer.events = list(cache.events)
         else:
             cache.events, cache.filled = list(trainer.events), True
-    notes = [f"forecasting time inside the reconciler: {served.seconds:.1f} s for {len(served.issued)} forecasts"]
+    notes = [settings_note] if settings_note else []
+    notes.append(f"forecasting time inside the reconciler: {served.seconds:.1f} s for {len(served.issued)} forecasts")
     if served.batch_rejections:
         notes.append(f"{served.batch_rejections} batched forecast period(s) differed from direct forecasts "
                      "and were forecast step by step instead")
@@ -405,20 +444,6 @@ def _observable(setup: Setup) -> Series:
     trace = setup.trace
     steps = setup.training_values.size + setup.n_ticks * setup.tick_s // trace.step_seconds
     return trace.slice(0, steps)
-
-
-def _served_scores(setup: Setup, served: ServedModel, since: datetime) -> dict[str, Any] | None:
-    """Pinball and coverage per horizon of the forecasts served since ``since`` (the promotion window)."""
-    from predictive_scaler.backtest.runner import ForecastRecord
-
-    times = pd.DatetimeIndex(served.issued)
-    keep = np.flatnonzero(times >= pd.Timestamp(since))
-    if keep.size == 0:
-        return None
-    record = ForecastRecord(times=times[keep], step_seconds=served.step_seconds, quantiles=served.quantiles,
-                            values=np.stack([served.values[i] for i in keep]))
-    accuracy, _ = forecast_accuracy(setup, record)
-    return {"horizons": {h: {"pinball": a.pinball, "coverage": a.coverage} for h, a in accuracy.items()}}
 
 
 # -- forecast accuracy ----------------------------------------------------------------------------

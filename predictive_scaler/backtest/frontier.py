@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
 from predictive_scaler.backtest.measures import measure_policy
+from predictive_scaler.backtest.protocol import Progress, Setup
 from predictive_scaler.backtest.runner import (
-    Progress,
     Result,
-    Setup,
+    _clean,
     hpa_run,
     initial_replicas,
     prepare,
@@ -80,8 +81,6 @@ class FrontierResult:
     wall_seconds: float
 
     def to_json(self) -> dict[str, Any]:
-        from predictive_scaler.backtest.runner import _clean
-
         doc = self.base.to_json()
         doc["frontier"] = {name: [p.to_dict() for p in points] for name, points in self.frontier.items()}
         doc["headline"] = dict(self.headline)
@@ -137,8 +136,6 @@ def run_frontier(
     say: Callable[[str], None] | None = None,
 ) -> FrontierResult:
     """Every policy of ``scenario`` at its default point (a plain backtest) and at its frontier's points."""
-    from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
-
     started = time.perf_counter()
     cache = PredictiveCache()
     base = run_backtest(trace, scenario, progress_factory=progress_factory, cache=cache)

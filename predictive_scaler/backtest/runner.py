@@ -1,26 +1,26 @@
 """Run every policy of a scenario over one trace, side by side, and measure them.
 
-Protocol: the first ``training`` of the trace (14 days; 7 for traces shorter
-than 21 days) is history only — it sizes the replicas (``peak_replicas``),
-trains the first model and the Holt-Winters peer. The rest is walked forward
-tick by tick; models are retrained every ``retrain_every`` on what was
-observed so far, and every policy starts the evaluation from a warm cluster
-running the replicas its first tick needs.
+Protocol (:mod:`~predictive_scaler.backtest.protocol`): the first ``training`` of the
+trace (14 days; 7 for traces shorter than 21 days) is history only — it sizes the
+replicas (``peak_replicas``), trains the first model and the Holt-Winters peer. The
+rest is walked forward tick by tick; the predictive policy's models are retrained every
+``retrain_every`` by the retraining job's own function on what was observed so far, and
+every policy starts the evaluation from a warm cluster running the replicas its first
+tick needs.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from predictive_scaler.backtest import peers
+from predictive_scaler.backtest.adapters import PredictiveCache, forecast_accuracy, run_predictive
 from predictive_scaler.backtest.measures import (
     BoundMeasures,
     BudgetAudit,
@@ -31,229 +31,30 @@ from predictive_scaler.backtest.measures import (
     measure_policy,
     ratio,
 )
-from predictive_scaler.backtest.scenario import Scenario
-from predictive_scaler.backtest.simulator import Demand, PolicyRun, SimulatedCluster, simulate
-from predictive_scaler.errors import ConfigError, InsufficientHistoryError
+from predictive_scaler.backtest.protocol import (
+    DEFAULT_MODEL_STEP,
+    PEAK_FACTOR_QUANTILE,
+    ForecastRecord,
+    ModelEvent,
+    Progress,
+    Setup,
+    intra_step_peak_factor,
+    prepare,
+)
+from predictive_scaler.backtest.scenario import Scenario, build_spec, deep_merge
+from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
+from predictive_scaler.errors import ConfigError
 from predictive_scaler.policy.budget import allowance
-from predictive_scaler.series import Series, format_duration
-from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.series import Series
 
-if TYPE_CHECKING:
-    from predictive_scaler.backtest.adapters import PredictiveCache
+# The protocol's names, as the runner has always offered them.
+__all__ = ["DEFAULT_MODEL_STEP", "PEAK_FACTOR_QUANTILE", "ForecastRecord", "ModelEvent", "Progress", "Result",
+           "Setup", "build_spec", "deep_merge", "intra_step_peak_factor", "prepare", "run_backtest"]
 
-#: Models work on a 5-minute grid unless the trace is coarser (shared contract).
-DEFAULT_MODEL_STEP = 300
 #: Step the Holt-Winters peer is fitted at.
 HOLT_WINTERS_STEP = 900
 #: Daily season, in seconds.
 DAY_S = 86400
-
-
-@dataclass(frozen=True)
-class Setup:
-    """The trace cut into training and evaluation, on the simulation grid."""
-
-    trace: Series
-    scenario: Scenario
-    training: timedelta
-    eval_start: pd.Timestamp
-    tick_s: int
-    control_every: int
-    model_step: int
-    capacity_per_replica: float
-    peak_replicas: int
-    max_replicas: int
-    demand: Demand
-    #: Trace values of the training window (its own step).
-    training_values: np.ndarray
-    #: The PredictiveScaler spec the predictive policy (and the reactive peer's HPA rule) runs with.
-    spec: ScalerSpec
-
-    @property
-    def bounds(self) -> peers.Bounds:
-        return peers.Bounds(self.scenario.min_replicas, self.max_replicas)
-
-    @property
-    def n_ticks(self) -> int:
-        return len(self.demand)
-
-    def tick_time(self, i: int) -> pd.Timestamp:
-        return self.eval_start + pd.Timedelta(seconds=i * self.tick_s)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "trace": self.trace.source or self.trace.name,
-            "trace_step": format_duration(self.trace.step),
-            "training": format_duration(self.training),
-            "evaluation_start": self.eval_start.isoformat(),
-            "evaluation": format_duration(timedelta(seconds=self.n_ticks * self.tick_s)),
-            "tick": f"{self.tick_s}s",
-            "model_step": f"{self.model_step}s",
-            "capacity_per_replica": self.capacity_per_replica,
-            "peak_replicas": self.peak_replicas,
-            "max_replicas": self.max_replicas,
-        }
-
-
-def prepare(trace: Series, scenario: Scenario) -> Setup:
-    """Cut ``trace`` per the scenario's protocol and size the replicas from the training window only."""
-    span = trace.span
-    if scenario.training is not None:
-        training = scenario.training
-    elif span >= timedelta(days=21):
-        training = timedelta(days=14)
-    else:
-        training = timedelta(days=7)
-    if span < training + timedelta(days=1):
-        raise InsufficientHistoryError(
-            f"trace {trace.name!r} spans {span}; the backtest needs the {format_duration(training)} training "
-            f"window plus at least 1 day to evaluate — use a trace of at least {format_duration(training + timedelta(days=1))}"
-            + (", or a shorter training window in the scenario" if scenario.training is not None else "")
-        )
-    if training.total_seconds() % trace.step_seconds:
-        raise ConfigError(f"training window {format_duration(training)} is not a multiple of the trace step", field="training")
-    train_steps = int(training.total_seconds() // trace.step_seconds)
-    training_values = np.asarray(trace.values[:train_steps], dtype=float)
-    eval_values = np.asarray(trace.values[train_steps:], dtype=float)
-    if scenario.evaluation is not None:
-        eval_values = eval_values[: max(1, int(scenario.evaluation.total_seconds() // trace.step_seconds))]
-    if not np.isfinite(training_values).any():
-        raise InsufficientHistoryError(f"trace {trace.name!r}: the training window has no observations")
-
-    cp = scenario.control_period_s
-    tick = math.gcd(cp, trace.step_seconds)
-    model_step = max(DEFAULT_MODEL_STEP, trace.step_seconds)
-    if model_step % trace.step_seconds:
-        model_step = trace.step_seconds
-
-    if scenario.capacity_per_replica is not None:
-        capacity = float(scenario.capacity_per_replica)
-        p95 = float(np.nanpercentile(training_values, 95))
-        peak = max(1, int(math.ceil(p95 / capacity - 1e-9)))
-    else:
-        assert scenario.peak_replicas is not None
-        peak = scenario.peak_replicas
-        p95 = float(np.nanpercentile(training_values, 95))
-        if not p95 > 0:
-            raise InsufficientHistoryError(
-                f"trace {trace.name!r}: the P95 of the training window is {p95:g}; cannot size replicas from it — "
-                "give capacity_per_replica instead"
-            )
-        capacity = p95 / peak
-    values = np.repeat(eval_values, trace.step_seconds // tick)
-    max_replicas = scenario.resolved_max_replicas(peak)
-    return Setup(
-        trace=trace,
-        scenario=scenario,
-        training=training,
-        eval_start=trace.start + pd.Timedelta(training),
-        tick_s=tick,
-        control_every=cp // tick,
-        model_step=model_step,
-        capacity_per_replica=capacity,
-        peak_replicas=peak,
-        max_replicas=max_replicas,
-        demand=Demand(values, tick, capacity),
-        training_values=training_values,
-        spec=build_spec(scenario, capacity=capacity, max_replicas=max_replicas, model_step=model_step,
-                        peak_factor=intra_step_peak_factor(training_values, trace.step_seconds, model_step)),
-    )
-
-
-#: Quantile of (demand ÷ its model-step mean) taken as the intra-step peak factor.
-PEAK_FACTOR_QUANTILE = 0.8
-
-
-def intra_step_peak_factor(training_values: np.ndarray, trace_step: int, model_step: int,
-                           quantile: float = PEAK_FACTOR_QUANTILE) -> float:
-    """How far per-sample demand runs above its model step's mean, from the training window only.
-
-    The forecast is of step means; the simulator serves every sample. The factor is
-    the ``quantile`` of sample ÷ step mean over complete steps with a positive mean
-    (≥ 1; 1 when the trace is no finer than the model step). Nothing after the
-    training window is read.
-    """
-    per_step = model_step // trace_step
-    if per_step <= 1:
-        return 1.0
-    n = training_values.size // per_step * per_step
-    steps = np.asarray(training_values[:n], dtype=float).reshape(-1, per_step)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.nanmean(steps, axis=1) if n else np.zeros(0)
-    ok = np.isfinite(means) & (means > 0)
-    ratios = steps[ok] / means[ok, None]
-    ratios = ratios[np.isfinite(ratios)]
-    if ratios.size == 0:
-        return 1.0
-    return round(max(1.0, float(np.quantile(ratios, quantile))), 3)
-
-
-def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int,
-               peak_factor: float = 1.0) -> ScalerSpec:
-    """The scenario's ``spec`` section laid over what the simulated cluster implies.
-
-    The planning capacity of a replica is ``capacity × target_utilization`` (the
-    HPA target); lead times are the simulator's warm and cold start times; the
-    intra-step peak factor is estimated from the training window
-    (:func:`intra_step_peak_factor`).
-    """
-    cfg = scenario.cluster
-    base: dict[str, Any] = {
-        "target": {"name": "backtest"},
-        # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
-        "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
-        "capacity": {"requestsPerReplica": capacity * scenario.planning_utilization},
-        # The predictive policy's reactive rule (fallback, counterfactual) at the peers' HPA target.
-        "reactive": {"targetUtilization": min(1.0, scenario.target_utilization / scenario.planning_utilization)},
-        "gpusPerReplica": cfg.gpus_per_replica,
-        "minReplicas": scenario.min_replicas,
-        "maxReplicas": max_replicas,
-        "quantile": scenario.quantile,
-        # At least two model steps: a forecast starts after the last step the metrics show, and
-        # for the metrics delay after a step ends it is still the newest one, by then reaching
-        # into its second step (a one-step horizon would be stale there).
-        "horizonSeconds": min(3600, max(1800, 2 * model_step)),
-        "controlPeriodSeconds": scenario.control_period_s,
-        "leadTimes": {"podStartSeconds": int(math.ceil(cfg.warm_start_s)),
-                      "nodeStartSeconds": int(math.ceil(cfg.cold_start_s))},
-        "prewarm": {"enabled": True, "gpusPerNode": cfg.gpus_per_node,
-                    "budget": {"pricePerGpuHour": cfg.price_per_gpu_hour}},
-        "model": {"stepSeconds": model_step},
-        "mode": "scale",
-    }
-    return ScalerSpec.from_dict(deep_merge(base, scenario.spec))
-
-
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` laid on top, nested mappings merged key by key (``over`` wins)."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-@dataclass(frozen=True)
-class ModelEvent:
-    """One weekly retraining: what was trained and whether it replaced the serving model."""
-
-    at: str
-    kind: str
-    promoted: bool
-    reason: str
-    fit_seconds: float
-
-
-@dataclass(frozen=True)
-class ForecastRecord:
-    """The forecasts the predictive policy acted on, one per model step."""
-
-    times: pd.DatetimeIndex  # issued_at (start of the last observed step)
-    step_seconds: int
-    quantiles: tuple[float, ...]
-    values: np.ndarray  # [n, k, h]
 
 
 @dataclass
@@ -314,9 +115,6 @@ def _clean(value: Any) -> Any:
     return value
 
 
-Progress = Callable[[int], None]
-
-
 def run_backtest(
     trace: Series,
     scenario: Scenario,
@@ -345,8 +143,6 @@ def run_backtest(
     for name in order:
         started = time.perf_counter()
         if name == "predictive":
-            from predictive_scaler.backtest.adapters import run_predictive
-
             run, extras = run_predictive(setup, initial_replicas=first_need, progress=progress(name), cache=cache)
             result_extras.update(extras)
         elif name in ("reactive", "holt-winters"):
@@ -376,8 +172,6 @@ def run_backtest(
         setattr(result, key, value)
     result.notes = [*assumption_notes(setup), *result.notes]
     if "forecasts" in result_extras:
-        from predictive_scaler.backtest.adapters import forecast_accuracy
-
         result.accuracy, result.baseline_accuracy = forecast_accuracy(setup, result.forecasts)
     return result
 

@@ -10,6 +10,7 @@ and errors name the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,9 @@ import yaml
 
 from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
 from predictive_scaler.errors import ConfigError, DataError, did_you_mean
+from predictive_scaler.forecasting import registry
 from predictive_scaler.series import format_duration, parse_duration
+from predictive_scaler.spec import DEFAULT_MODEL_STEP, ScalerSpec
 
 #: Every policy the harness knows, in the order reports list them.
 POLICIES: tuple[str, ...] = ("predictive", "reactive", "static", "holt-winters", "oracle")
@@ -59,8 +62,8 @@ class Scenario:
     quantile: float = 0.95
     #: Horizons reported per forecaster.
     horizons: tuple[timedelta, ...] = (timedelta(minutes=10), timedelta(minutes=20), timedelta(minutes=30))
-    #: Candidate model kinds the weekly training chooses from.
-    forecasters: tuple[str, ...] = ("arima", "persistence", "seasonal-naive", "holt-winters")
+    #: Candidate model kinds the weekly training chooses from (default: the retraining job's).
+    forecasters: tuple[str, ...] = registry.DEFAULT_CANDIDATES
     #: HPA target: the share of a replica's capacity the reactive policy aims at.
     target_utilization: float = 0.8
     #: The predictive policy's own planning target (share of a replica's capacity it plans on, its
@@ -118,14 +121,13 @@ class Scenario:
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}; {did_you_mean(p, POLICIES)}choose from "
                                   f"{', '.join(POLICIES)}", field="policies")
-        from predictive_scaler.forecasting.registry import FORECASTER_KINDS
-
+        kinds = registry.FORECASTER_KINDS
         for k in self.forecasters:
-            if k not in FORECASTER_KINDS:
-                raise ConfigError(f"forecasters: unknown forecaster {k!r}; {did_you_mean(k, FORECASTER_KINDS)}"
-                                  f"choose from {', '.join(FORECASTER_KINDS)}", field="forecasters")
+            if k not in kinds:
+                raise ConfigError(f"forecasters: unknown forecaster {k!r}; {did_you_mean(k, kinds)}"
+                                  f"choose from {', '.join(kinds)}", field="forecasters")
         if not self.forecasters:
-            raise ConfigError(f"forecasters: none given; choose from {', '.join(FORECASTER_KINDS)}",
+            raise ConfigError(f"forecasters: none given; choose from {', '.join(kinds)}",
                               field="forecasters")
         if not self.policies:
             raise ConfigError(f"no policies; choose from {', '.join(POLICIES)}", field="policies")
@@ -235,6 +237,53 @@ class Scenario:
         return cls(**kw)
 
 
+def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int,
+               peak_factor: float = 1.0) -> ScalerSpec:
+    """The scenario's ``spec`` section laid over what the simulated cluster implies.
+
+    The planning capacity of a replica is ``capacity × target_utilization`` (the
+    HPA target); lead times are the simulator's warm and cold start times; the
+    intra-step peak factor is estimated from the training window
+    (:func:`intra_step_peak_factor`).
+    """
+    cfg = scenario.cluster
+    base: dict[str, Any] = {
+        "target": {"name": "backtest"},
+        # The scenario's spec may set its own intraStepPeakFactor; else the training window's.
+        "demand": {"kind": "requests", "query": "trace replay", "intraStepPeakFactor": peak_factor},
+        "capacity": {"requestsPerReplica": capacity * scenario.planning_utilization},
+        # The predictive policy's reactive rule (fallback, counterfactual) at the peers' HPA target.
+        "reactive": {"targetUtilization": min(1.0, scenario.target_utilization / scenario.planning_utilization)},
+        "gpusPerReplica": cfg.gpus_per_replica,
+        "minReplicas": scenario.min_replicas,
+        "maxReplicas": max_replicas,
+        "quantile": scenario.quantile,
+        # At least two model steps: a forecast starts after the last step the metrics show, and
+        # for the metrics delay after a step ends it is still the newest one, by then reaching
+        # into its second step (a one-step horizon would be stale there).
+        "horizonSeconds": min(3600, max(1800, 2 * model_step)),
+        "controlPeriodSeconds": scenario.control_period_s,
+        "leadTimes": {"podStartSeconds": int(math.ceil(cfg.warm_start_s)),
+                      "nodeStartSeconds": int(math.ceil(cfg.cold_start_s))},
+        "prewarm": {"enabled": True, "gpusPerNode": cfg.gpus_per_node,
+                    "budget": {"pricePerGpuHour": cfg.price_per_gpu_hour}},
+        "model": {"stepSeconds": model_step},
+        "mode": "scale",
+    }
+    return ScalerSpec.from_dict(deep_merge(base, scenario.spec))
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on top, nested mappings merged key by key (``over`` wins)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def _scaler(value: Any, i: int) -> dict[str, Any]:
     where = f"scalers[{i}]"
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
@@ -301,8 +350,6 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
         raise ConfigError(f"{p}: cannot be read as UTF-8 text ({exc}); give a YAML file such as "
                           "backtests/default.yaml", field="scenario") from exc
     # Validate the spec section now (capacity and step are placeholders until a trace is read).
-    from predictive_scaler.backtest.runner import DEFAULT_MODEL_STEP, build_spec
-
     try:
         scenario = Scenario.from_dict(data, name=p.stem)
         build_spec(scenario, capacity=1.0, max_replicas=scenario.resolved_max_replicas(scenario.peak_replicas or 1),

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from predictive_scaler.errors import ConfigError
+from predictive_scaler.forecasting.registry import DEFAULT_CANDIDATES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The candidate models of `train` and `evaluate` (defined once; the retraining job's are
-#: forecasting.registry.FORECASTER_KINDS, the ensemble included).
-DEFAULT_MODELS = "arima,prophet,persistence,seasonal-naive,holt-winters"
+#: The candidate models of `train` and `evaluate`: the one default list (the retraining job's
+#: and the backtest's too), as a flag value.
+DEFAULT_MODELS = ",".join(DEFAULT_CANDIDATES)
 
 #: Mirrors series.DEFAULT_MAX_MISSING (not imported: registering flags must not import pandas).
 DEFAULT_MAX_MISSING = 0.5

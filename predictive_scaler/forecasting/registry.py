@@ -7,10 +7,12 @@ kinds or loading one artifact costs only what that kind needs.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.errors import ModelError, did_you_mean
-from predictive_scaler.forecasting.base import FittedModel, Forecaster
+
+if TYPE_CHECKING:  # annotations only: the command line reads DEFAULT_CANDIDATES without numpy
+    from predictive_scaler.forecasting.base import FittedModel, Forecaster
 
 # kind -> (module, forecaster class, fitted model class)
 _KINDS: dict[str, tuple[str, str, str]] = {
@@ -27,6 +29,10 @@ _KINDS: dict[str, tuple[str, str, str]] = {
 FORECASTER_KINDS: tuple[str, ...] = (
     "arima", "prophet", "persistence", "seasonal-naive", "holt-winters", "ensemble",
 )
+
+#: The default candidates, defined once: what `train` and `evaluate` score, what the retraining
+#: job chooses from, and what the backtest's retraining (the job's own function) chooses from.
+DEFAULT_CANDIDATES: tuple[str, ...] = FORECASTER_KINDS
 
 
 def _load(kind: str, which: int) -> Any:

@@ -29,10 +29,13 @@ class RetrainSettings:
     min_compare: timedelta = timedelta(hours=12)
     #: More missing steps than this share of the observed history → skipped ("too many gaps").
     max_missing_fraction: float = 0.2
-    #: Candidate model kinds.
-    kinds: tuple[str, ...] = registry.FORECASTER_KINDS
+    #: Candidate model kinds (the one default list: train, evaluate and the backtest use it too).
+    kinds: tuple[str, ...] = registry.DEFAULT_CANDIDATES
     #: Rolling-origin scoring before the holdout: at most this much of the latest data.
     evaluation_window: timedelta = timedelta(days=7)
+    #: ... after at least this much to train the candidates on (history shorter than this plus
+    #: the holdout and 6 hours to score is skipped).
+    min_fit: timedelta = timedelta(days=10)
     #: Window over which idle allocated GPUs are summarised.
     idle_window: timedelta = timedelta(days=7)
     #: Versions kept per model in the store.
@@ -47,6 +50,9 @@ class RetrainSettings:
         if not timedelta(hours=1) <= self.holdout <= self.min_history / 2:
             raise ConfigError(f"holdout {format_duration(self.holdout)} must be between 1h and half the "
                               "minimum history", field="holdout")
+        if self.min_fit < timedelta(days=1):
+            raise ConfigError(f"min_fit {format_duration(self.min_fit)} is too short to fit a model on; give at "
+                              "least 1d (10d is the default)", field="min_fit")
         if not timedelta(0) < self.min_compare <= self.holdout:
             raise ConfigError("min_compare must be positive and no longer than the holdout", field="min_compare")
         if not 0.0 <= self.max_missing_fraction < 1.0:

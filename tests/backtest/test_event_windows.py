@@ -80,16 +80,18 @@ def test_a_bad_event_in_a_scenario_names_the_field(tmp_path: Path) -> None:
 
 def test_the_backtests_training_gets_past_occurrences_as_holidays(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from predictive_scaler.forecasting import selection
+    from predictive_scaler.retrain import (
+        training,  # the job's training function, which the backtest runs
+    )
 
     seen: list[object] = []
-    real = selection.train_model
+    real = training.train_model
 
     def recording(*args: object, **kwargs: object) -> object:
         seen.append(kwargs.get("options"))
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(selection, "train_model", recording)
+    monkeypatch.setattr(training, "train_model", recording)
     weekly = [{"name": "launch", "start": "2024-01-01T06:00:00Z", "end": "2024-01-01T08:00:00Z",
                "minReplicas": FLOOR, "recurrence": "weekly"}]
     path = scenario_file(tmp_path, events=weekly, policies=["predictive"], evaluation="3h")
