@@ -56,7 +56,7 @@ def test_report_has_every_model_horizon_and_metric(report):
     for name in FAST:
         assert set(doc["models"][name]["horizons"]) == {"10m", "20m", "30m"}
         row = doc["models"][name]["horizons"]["30m"]
-        assert set(row) == {"mae", "wape", "mape", "mase", "pinball", "coverage"}
+        assert set(row) == {"mae", "wape", "mape", "mase", "pinball", "normalised_pinball", "coverage"}
         assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
         assert 0.85 < row["coverage"] < 1.0
 
@@ -129,14 +129,22 @@ def test_promote(challenger, serving, expected, why):
     assert why in decision.reason
 
 
-def test_train_model_returns_a_calibrated_serialisable_winner(series):
+def test_train_model_returns_a_calibrated_serialisable_model(series):
     result = train_model(series, FAST)
-    assert result.kind == result.metrics["selected"] and result.kind in FAST
-    assert result.model.base_kind == result.kind
-    rebuilt = registry.model_from_params("calibrated", json.loads(json.dumps(result.model.to_params())))
-    fc = rebuilt.forecast(series.tail(2 * 288), 6, (0.5, 0.95))
+    assert result.kind == result.metrics["selected"] and result.kind in (*FAST, "combination")
+    model = result.model
+    members = model.members if result.kind == "combination" else (model,)
+    assert all(m.kind == "calibrated" and m.base_kind in FAST for m in members)
+    rebuilt = registry.model_from_params(model.kind, json.loads(json.dumps(model.to_params())))
+    recent = series.tail(model.window_steps)
+    fc = rebuilt.forecast(recent, 6, (0.5, 0.95))
     assert np.all(np.isfinite(fc.values)) and np.all(fc.values[1] >= fc.values[0])
+    np.testing.assert_allclose(fc.values, model.forecast(recent, 6, (0.5, 0.95)).values)
     assert result.fit_seconds >= 0
+    # Every candidate's cross-fitted scores travel with the model, the winner's the lowest.
+    pins = {k: np.mean([h["pinball"] for h in m["horizons"].values()])
+            for k, m in result.metrics["models"].items()}
+    assert pins[result.kind] == min(pins.values())
 
 
 @pytest.mark.parametrize(
