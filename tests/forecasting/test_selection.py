@@ -20,7 +20,14 @@ from predictive_scaler.forecasting.evaluation import (
     plan_blocks,
     select,
 )
-from predictive_scaler.forecasting.selection import promote, train_model
+from predictive_scaler.forecasting.selection import (
+    SELECTION_METHOD,
+    SHORT_SELECTION_METHOD,
+    promote,
+    settings_for_history,
+    train_candidates,
+    train_model,
+)
 
 from .conftest import make_daily
 
@@ -90,6 +97,27 @@ def test_a_failing_model_is_reported_not_fatal(series, monkeypatch):
 def _scored(pinball: float, coverage: float, error: str | None = None) -> ModelEvaluation:
     row = {"mae": 1.0, "wape": 0.1, "mape": 0.1, "mase": 1.0, "pinball": pinball, "coverage": coverage}
     return ModelEvaluation("x", {"30m": row}, 0.1, 100, error)
+
+
+@pytest.mark.parametrize(
+    ("days", "short"),
+    [(7, True), (17, False)],
+    ids=["7-day history (2-day calibration): walk-forward choice, static shifts", "17-day history: cross-fitted"],
+)
+def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, short):
+    history = make_daily(days=days, seed=5)
+    cfg = settings_for_history(history.span)
+    result = train_model(history, FAST, settings=cfg)
+    assert result.metrics["selection"] == (SHORT_SELECTION_METHOD if short else SELECTION_METHOD)
+    if short:
+        assert result.kind == select(evaluate(history, FAST, cfg).models, cfg.quantile)
+        assert result.model.tracking_window == 0 and not result.model.additive
+        # The protocol's call fits every candidate (for the regret), the served one identically.
+        every = train_candidates(model_series(history), FAST, cfg)
+        assert set(every.models) == set(FAST) and every.selected == result.kind
+        recent = history.tail(result.model.window_steps)
+        np.testing.assert_allclose(every.models[result.kind].forecast(recent, 6, (0.5, 0.95)).values,
+                                   result.model.forecast(recent, 6, (0.5, 0.95)).values)
 
 
 @pytest.mark.parametrize(
