@@ -240,14 +240,17 @@ def _train_short(
     fits: dict[str, float] = {}
     scores = dict(report.models)
     for kind in kinds:
-        if scores[kind].error or not (every or kind == report.selected):
+        # A kind whose walk-forward fits failed (e.g. too little history for its season) cannot
+        # be chosen, but is still fitted when ``every`` (the protocol scores every candidate).
+        if not (every or kind == report.selected):
             continue
         try:
             models[kind], fits[kind] = fit_calibrated(kind, grid, cfg, horizon, options=options, static=True)
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
             if kind == report.selected:
                 raise
-            scores[kind] = ModelEvaluation(kind, scores[kind].horizons, None, error=f"{kind}: {exc}")
+            if not scores[kind].error:
+                scores[kind] = ModelEvaluation(kind, scores[kind].horizons, None, error=f"{kind}: {exc}")
     return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=report.selected)
 
 
