@@ -5,10 +5,11 @@ backtest call: every candidate kind is fitted on all but the last
 ``calibration_window`` of history and calibrated on that window (so the served
 model's calibration is out of sample and recent); each is scored cross-fitted
 on that window (calibrated on one half, scored on the other, and back) and the
-lowest pinball loss at the target quantile serves. Selecting on the models that
-will serve, fitted on all the history there is, rather than on refits of a
-shorter history, cut the selection regret of the forecast protocol
-(docs/forecast-protocol.md) from up to 4.8× to ≤ 1.06 on the 14-day traces.
+lowest pinball loss at the target quantile serves (or a weighted combination of
+the best three, when it scores better there). On short history — a calibration
+window under :data:`SHORT_CALIBRATION`, e.g. 7 days of history — the choice is
+:func:`evaluate`'s walk-forward one instead, and the winner is calibrated with
+static shifts (see :data:`SHORT_CALIBRATION` for why).
 
 :func:`promote` is the rule the retraining job and the backtest use before a
 new model replaces the serving one: it must not be worse on a window neither
