@@ -162,10 +162,14 @@ def why(doc: Mapping[str, Any]) -> str:
     peer = doc["peers"].get(doc.get("best_peer") or "")
     parts = []
     regret = doc.get("regret")
+    # 7 days of initial history: the first refit takes train's short-history path.
+    short = doc.get("protocol", {}).get("min_history") == "7d"
+    how = ("the walk-forward choice on 7 days of history (train's short-history path: static shifts)"
+           if short else "the cross-fitted choice on the calibration window")
     if regret is not None and regret > REGRET_TARGET:
         parts.append(f"selection: the served choices scored {regret:.3f}× the best candidate in hindsight "
-                     f"({best}) over {doc['blocks']} refit(s); the cross-fitted choice on the calibration "
-                     f"window ({served.get('choices', ['?'])[0]} first) did not carry over to the weeks scored")
+                     f"({best}) over {doc['blocks']} refit(s); {how} "
+                     f"({served.get('choices', ['?'])[0]} first) did not carry over to the weeks scored")
     cand = _m(doc["models"].get(best or ""), "normalised_pinball")
     peer_np = _m(peer, "normalised_pinball")
     if cand is not None and peer_np and cand / peer_np > 1.0:
@@ -175,7 +179,7 @@ def why(doc: Mapping[str, Any]) -> str:
     n = int(served.get("origins") or 0) or None
     if cov is not None and not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
         band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
-        parts.append(f"coverage {cov:.3f}{band}")
+        parts.append(f"coverage {cov:.3f}{band}" + ("; static shifts, no coverage tracking" if short else ""))
     return "; ".join(parts)
 
 
@@ -308,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             *(f"| {k} | {f:.3f} | {ms:.2f} |" for k, (f, ms) in timing["kinds"].items()),
             "",
             f"Fitting every default candidate once: **{total:.2f} s** CPU (budget ≤ {TRAIN_BUDGET_SECONDS:g} s). "
-            f"All of `train` (every candidate fitted, calibrated twice — log and additive — and "
-            f"cross-fitted, the combination searched): {timing['train_cpu']:.2f} s CPU, "
+            f"All of `train` on these 21 days (every candidate fitted, calibrated twice — log and "
+            f"additive — and cross-fitted, the combination searched): {timing['train_cpu']:.2f} s CPU, "
             f"{timing['train_wall']:.2f} s wall. The served model ({timing['served']}): "
             f"**{timing['served_ms']:.2f} ms** median per forecast (budget ≤ {FORECAST_BUDGET_MS:g} ms).",
             "",
