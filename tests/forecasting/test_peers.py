@@ -57,7 +57,7 @@ def _evaluate(trace: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def peers_json(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     trace = _write_trace(tmp_path_factory.mktemp("peers") / "t.csv", days=10)
-    done = _evaluate(trace, "--json", "--peer-models", "Naive,SeasonalNaive,AutoARIMA", "--peer-fit-limit", "1")
+    done = _evaluate(trace, "--json", "--peer-models", "Naive,SeasonalNaive,AutoARIMA", "--peer-fit-limit", "10")
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
 
@@ -94,10 +94,11 @@ def test_every_project_model_and_the_served_one_get_normalised_pinball(peers_jso
 
 @pytest.mark.slow
 def test_a_peer_over_the_fit_limit_is_reported_skipped_with_its_time(peers_json: dict[str, Any]) -> None:
-    # Seasonal AutoARIMA (a 288-step season) cannot fit in one second.
+    # Seasonal AutoARIMA (a 288-step season) cannot fit in ten seconds (Naive's fit, milliseconds,
+    # stays inside the limit even on a loaded machine: one second did not, under load 14 on 2 cores).
     entry = peers_json["peers"]["AutoARIMA"]
-    assert "longer than 1 s" in entry["skipped"]
-    assert entry["fit_seconds"] >= 1.0
+    assert "longer than 10 s" in entry["skipped"]
+    assert entry["fit_seconds"] >= 10.0
     assert all(v is None for v in entry["horizons"]["30m"].values())
     assert peers_json["best_peer"] != "AutoARIMA"
 
