@@ -11,7 +11,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: keda-stubs crd sharded-manifests demo test lint typecheck unit tools kube-apiserver bench-forecast bench-backtest bench-controller bench-retrain clean
+.PHONY: keda-stubs crd sharded-manifests demo test lint typecheck unit tools kube-apiserver bench-forecast bench-backtest bench-controller bench-retrain clean peers-venv bench-peers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The statsforecast peers (`evaluate --peers`, `make bench-peers`) live in a venv of their own:
+# statsforecast 2.x requires pandas<3, and .venv (like the image) stays on the newest pandas.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+
+$(PEERS_STAMP): pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -e '.[peers]'
+	touch $(PEERS_STAMP)
+
+peers-venv: $(PEERS_STAMP)
 
 ## demo: run the main job (a backtest of the bundled NASA trace) and say where the report is
 demo: $(STAMP)
@@ -30,7 +43,7 @@ tools:
 	@bash scripts/ensure-tools.sh
 
 ## test: lint, type-check and run every test (real Prometheus and a real API server included; nothing skips)
-test: $(STAMP) tools kube-apiserver lint typecheck
+test: $(STAMP) $(PEERS_STAMP) tools kube-apiserver lint typecheck
 	$(BIN)/python -m pytest -q
 
 ## kube-apiserver: build (once; cached outside the clone) the Kubernetes 1.20 API server the e2e tests run
@@ -46,6 +59,10 @@ typecheck: $(STAMP)
 
 bench-forecast: $(STAMP)
 	$(BIN)/python -m predictive_scaler.bench.forecast --traces $(TRACES) --out backtests/results/forecast.md
+
+## bench-peers: the project's forecasts against statsforecast on the bundled long traces (in .venv-peers)
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m predictive_scaler.bench.peers --traces $(TRACES) --out backtests/results/peers.md
 
 bench-backtest: $(STAMP)
 	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md

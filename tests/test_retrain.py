@@ -212,17 +212,29 @@ def test_too_many_gaps_is_skipped(tmp_path: Path) -> None:
     assert out.result == "skipped" and "missing" in out.reason
 
 
+@pytest.fixture
+def static_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static conformal shifts, for tests of the promotion rule that need a challenger clearly
+    worse or better than the serving model: coverage tracking repairs a mis-calibrated P95 (the
+    challenger's or the serving model's) within a day."""
+    from predictive_scaler.forecasting import calibration
+
+    monkeypatch.setattr(calibration, "TRACKING_RATES", (0.0,))
+    monkeypatch.setattr(calibration, "DEFAULT_TRACKING_RATE", 0.0)
+
+
+@pytest.mark.usefixtures("static_calibration")
 def test_a_worse_challenger_is_not_promoted(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
     t = target("chat")
     clean = synthetic(23, seed=1)
     served = retrain_scaler(t, FakeHistory({t.key: clean}), store, FAST, START + timedelta(days=16), "w1")
     assert served.result == "promoted"
-    # A bad week: on days 16-20 a broken recording rule served a smooth curve instead of the real,
+    # A bad week: on days 14-21 a broken recording rule served a smooth curve instead of the real,
     # noisy demand; the challenger calibrates its P95 on that calm and is far too narrow on the
     # held-out last 2 days, which are real again.
     values = clean.values.copy()
-    bad = slice(16 * 288, 20 * 288)
+    bad = slice(14 * 288, 21 * 288)
     values[bad] = synthetic(23, seed=1, noise=0.0).values[bad]
     corrupted = Series(values=values, start=clean.start, step_seconds=STEP)
     out = retrain_scaler(t, FakeHistory({t.key: corrupted}), store, FAST, START + timedelta(days=23), "w2")
@@ -245,6 +257,7 @@ class CorruptingStore(ModelStore):
         return version
 
 
+@pytest.mark.usefixtures("static_calibration")
 def test_a_corrupted_artifact_is_refused_and_the_previous_version_keeps_serving(tmp_path: Path) -> None:
     t = target("chat")
     clean = synthetic(23, seed=2)

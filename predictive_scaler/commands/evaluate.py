@@ -30,6 +30,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-history", default="14d", help="initial training period (default 14d; lower warns)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     add_trace_flags(p)
+    p.add_argument("--peers", action="store_true",
+                   help="also run the statsforecast peers (AutoARIMA, AutoETS, MSTL, Naive, SeasonalNaive) "
+                        "in the forecast protocol (docs/forecast-protocol.md): origins every 30 min, weekly "
+                        "refits on up to 28 days, the model train would serve at each refit; needs "
+                        "`pip install -e '.[peers]'`")
+    p.add_argument("--peer-models", default="AutoARIMA,AutoETS,MSTL,Naive,SeasonalNaive",
+                   help="with --peers: comma-separated statsforecast models (default all five)")
+    p.add_argument("--peer-fit-limit", type=float, default=120.0,
+                   help="with --peers: a peer whose fit takes longer (seconds) is stopped and reported as "
+                        "skipped (default 120)")
     p.set_defaults(func=run)
 
 
@@ -93,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     except DataError as exc:
         raise ConfigError(str(exc), field="horizons") from exc
     min_history = positive_duration("--min-history", args.min_history)
+    if args.peers:
+        return _run_peers(args, kinds, horizons, min_history)
     settings = EvaluationSettings(quantile=args.quantile, horizons=horizons, min_history=min_history)
     series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history,
                         timezone=args.timezone, max_missing=max_missing(args))
@@ -104,3 +116,77 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(report))
     return 0 if report.selected else 1
+
+
+def _run_peers(args: argparse.Namespace, kinds: tuple[str, ...], horizons: tuple[Any, ...], min_history: Any) -> int:
+    """`evaluate --peers`: the forecast protocol with the statsforecast peers beside the project's models."""
+    from tqdm import tqdm
+
+    from predictive_scaler.commands._flags import max_missing
+    from predictive_scaler.errors import ConfigError
+    from predictive_scaler.forecasting.peers import PEER_NAMES, require_statsforecast
+    from predictive_scaler.forecasting.protocol import (
+        ProtocolSettings,
+        planned_blocks,
+        run_protocol,
+    )
+    from predictive_scaler.series import load_trace
+
+    require_statsforecast()  # fail before loading anything when the extra is missing
+    peers = tuple(p.strip() for p in args.peer_models.split(",") if p.strip())
+    unknown = sorted(set(peers) - set(PEER_NAMES))
+    if unknown or not peers:
+        raise ConfigError(f"unknown peer(s) {', '.join(unknown) or '(none given)'}; choose from "
+                          f"{', '.join(PEER_NAMES)}", field="peer-models")
+    if not args.peer_fit_limit > 0:
+        raise ConfigError(f"--peer-fit-limit {args.peer_fit_limit} must be a positive number of seconds",
+                          field="peer-fit-limit")
+    given = None if args.min_history == "14d" else min_history
+    settings = ProtocolSettings(quantile=args.quantile, horizons=horizons, min_history=given, peers=peers,
+                                fit_limit_seconds=args.peer_fit_limit)
+    series = load_trace(args.trace, value_kind=args.value_kind, min_history=None,
+                        timezone=args.timezone, max_missing=max_missing(args))
+    with tqdm(total=planned_blocks(series, settings), desc="evaluate --peers", unit="refit",
+              file=sys.stderr, disable=None) as bar:
+        report = run_protocol(series, kinds, settings, progress=bar)
+    if args.json:
+        print(json.dumps(_json_safe(report.to_dict()), allow_nan=False, indent=2))
+    else:
+        print(format_protocol(report))
+    return 0 if report.served.origins else 1
+
+
+def format_protocol(report: Any) -> str:
+    rows = [["side", "model", "horizon", "pinball", "normalised", "coverage", "mape", "fit s", "forecast ms"]]
+    notes: list[str] = []
+
+    def add(side: str, name: str, m: Any) -> None:
+        fit = "–" if m.fit_seconds is None else f"{m.fit_seconds:.2f}"
+        fc = "–" if m.forecast_seconds is None else f"{1000 * m.forecast_seconds:.2f}"
+        if m.skipped or m.error:
+            rows.append([side, name, "–", "skipped", "", "", "", fit, fc])
+            notes.append(f"{name} skipped: {m.skipped or m.error}")
+            return
+        for label, h in m.horizons.items():
+            rows.append([side, name, label, _cell(h.get("pinball"), "pinball"),
+                         _cell(h.get("normalised_pinball"), "pinball"), _cell(h.get("coverage"), "coverage"),
+                         _cell(h.get("mape"), "mape"), fit, fc])
+
+    add("project", "served", report.served)
+    for name, m in report.models.items():
+        add("project", name, m)
+    for name, m in report.peers.items():
+        add("peer", name, m)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    ratio, regret = report.ratio(), report.regret()
+    lines += [
+        "",
+        f"served = what `train` would serve at each of {report.blocks} refits: {', '.join(report.served.choices)}",
+        f"best peer {report.best_peer() or '–'}; served ÷ best peer (30m normalised pinball): "
+        f"{'–' if ratio is None else f'{ratio:.3f}'}; selection regret (served ÷ best candidate "
+        f"{report.best_candidate() or '–'}): {'–' if regret is None else f'{regret:.3f}'}",
+    ]
+    lines.extend(f"note: {n}" for n in (*notes, *report.notes))
+    return "\n".join(lines)

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                             metrics=metrics, serve=not args.no_serve)
 
     print(f"trained {name!r} on {series.source} ({format_duration(grid.span)} at {grid.step_seconds}s)")
-    print(f"selected: {result.kind} (calibrated), final fit {result.fit_seconds:.2f}s")
+    members = f"{result.model.base_kind}, " if result.kind == "combination" else ""  # type: ignore[attr-defined]
+    print(f"selected: {result.kind} ({members}calibrated), fit {result.fit_seconds:.2f}s")
     chosen = metrics.get("models", {}).get(result.kind, {}).get("horizons", {})
     for label, row in chosen.items():
         cells = ", ".join(f"{k} {_fmt(v)}" for k, v in row.items())

@@ -85,6 +85,8 @@ class EvaluationSettings:
     adaptive_calibration: bool = False
     #: Models without a batch path are scored on at most this many origins (evenly thinned).
     max_slow_origins: int = 1500
+    #: Coverage tracking in the calibration (:mod:`calibration`); off: static conformal shifts.
+    tracked_calibration: bool = True
 
     def __post_init__(self) -> None:
         if not (0.5 <= self.quantile < 1.0):
@@ -240,7 +242,8 @@ def evaluate_model(
             lo = max(0, block.fit_end - 1 - window)
             model = calibrate(base, series.slice(lo, block.start), block.fit_end - 1 - lo,
                               quantiles=cal_qs, horizon_steps=h_max, stride=stride,
-                              adaptive=cfg.adaptive_calibration)
+                              adaptive=cfg.adaptive_calibration,
+                              tracking_rate=None if cfg.tracked_calibration else 0.0)
             lo = max(0, block.start - 1 - window)
             origins = np.arange(block.start - 1, block.end - 1, stride)
             fc = walk_forward(model, series.slice(lo, block.end - 1 + 1), origins - lo, h_max, qs)

@@ -66,13 +66,21 @@ def pinball(actual: np.ndarray, upper: np.ndarray, q: float) -> float | None:
     return _finite(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
 
 
+def normalised_pinball(actual: np.ndarray, upper: np.ndarray, q: float) -> float | None:
+    """:func:`pinball` divided by the mean actual over the same pairs: comparable across traces."""
+    a, f = _valid(actual, upper)
+    p = pinball(a, f, q)
+    level = float(np.mean(a)) if a.size else 0.0
+    return _finite(p / level) if p is not None and level > 0 else None
+
+
 def coverage(actual: np.ndarray, upper: np.ndarray) -> float | None:
     """Share of actuals at or below the quantile forecast (≈ q for a calibrated q-quantile)."""
     a, f = _valid(actual, upper)
     return float(np.mean(a <= f)) if a.size else None
 
 
-METRIC_NAMES: tuple[str, ...] = ("mae", "wape", "mape", "mase", "pinball", "coverage")
+METRIC_NAMES: tuple[str, ...] = ("mae", "wape", "mape", "mase", "pinball", "normalised_pinball", "coverage")
 
 
 def all_metrics(
@@ -84,5 +92,6 @@ def all_metrics(
         "mape": mape(actual, point),
         "mase": mase(actual, point, scale),
         "pinball": pinball(actual, upper, q),
+        "normalised_pinball": normalised_pinball(actual, upper, q),
         "coverage": coverage(actual, upper),
     }

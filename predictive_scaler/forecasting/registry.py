@@ -23,6 +23,7 @@ _KINDS: dict[str, tuple[str, str, str]] = {
     "holt-winters": ("predictive_scaler.forecasting.baselines", "HoltWintersForecaster", "HoltWintersModel"),
     "ensemble": ("predictive_scaler.forecasting.ensemble", "EnsembleForecaster", "EnsembleModel"),
     "calibrated": ("predictive_scaler.forecasting.calibration", "", "CalibratedModel"),
+    "combination": ("predictive_scaler.forecasting.combination", "", "CombinationModel"),
 }
 
 #: Kinds a user may ask `evaluate --models` / `train` for (calibrated is a wrapper, not a choice).

@@ -58,9 +58,11 @@ from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.series import Series, to_utc
 
-#: The artifact format this build writes and reads.
-FORMAT_VERSION = 1
-KNOWN_FORMAT_VERSIONS = frozenset({FORMAT_VERSION})
+#: The artifact format this build writes and reads. 2: calibrated models may carry coverage
+#: tracking (``tracking_window``, ``tracking_steps``, ``tracking_rate``), which a reader of
+#: format 1 would ignore; format 1 artifacts (no tracking) still load unchanged.
+FORMAT_VERSION = 2
+KNOWN_FORMAT_VERSIONS = frozenset({1, FORMAT_VERSION})
 MODEL_FILE = "model.json"
 MANIFEST_FILE = "manifest.json"
 SERVING_FILE = "serving"

@@ -108,7 +108,8 @@ def test_adaptive_calibration_widens_in_volatile_hours():
     actual = series.values[idx + 3]
     result = {}
     for adaptive in (False, True):
-        model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, adaptive=adaptive)
+        model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, adaptive=adaptive,
+                          tracking_rate=0.0)  # against plain static conformal shifts
         p95 = walk_forward(model, series, idx, 6, (0.5, 0.95))[:, 1, 2]
         deep_in_wild = wild[idx] & wild[idx - 12]
         deep_in_calm = ~wild[idx] & ~wild[idx - 12]
@@ -117,3 +118,36 @@ def test_adaptive_calibration_widens_in_volatile_hours():
     assert result[True][0] > 1.5 * result[False][0]  # the interval tracks the regime
     assert result[True][1] < result[False][1]  # and pays off in pinball loss
     assert result[True][2] == pytest.approx(0.95, abs=0.03)
+
+
+@pytest.mark.parametrize("shift", [pytest.param(2.5, id="noise-widens"), pytest.param(0.4, id="noise-narrows")])
+def test_tracking_holds_coverage_when_the_regime_moves_after_calibration(shift):
+    """Noise whose scale changes right after the calibration window: static shifts miss the
+    target coverage, the tracked ones come back to it and lose less pinball."""
+    from predictive_scaler.series import Series
+
+    rng = np.random.default_rng(7)
+    n = 14 * DAY
+    sigma = np.where(np.arange(n) < 8 * DAY, 0.1, 0.1 * shift)
+    values = 100 * np.exp(rng.normal(0, sigma))
+    series = Series(values=values, start=make_daily(days=1).start, step_seconds=300)
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    idx = np.arange(10 * DAY, len(series) - 6)
+    actual = series.values[idx + 3]
+    got = {}
+    for rate in (0.0, 0.15):
+        model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, tracking_rate=rate)
+        assert model.tracking == (rate > 0)
+        p95 = walk_forward(model, series, idx, 6, (0.5, 0.95))[:, 1, 2]
+        got[rate] = (coverage(actual, p95), pinball(actual, p95, 0.95))
+    assert abs(got[0.0][0] - 0.95) > 0.03
+    assert got[0.15][0] == pytest.approx(0.95, abs=0.02)
+    assert got[0.15][1] < got[0.0][1]
+    # Serving computes the same forecast from the recent window alone.
+    model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, tracking_rate=0.15)
+    t = int(idx[100])
+    recent = series.slice(t + 1 - model.window_steps, t + 1)
+    one = model.forecast(recent, 6, (0.5, 0.95)).values
+    many = walk_forward(model, series.slice(t + 1 - model.window_steps, t + 1), np.array([model.window_steps - 1]),
+                        6, (0.5, 0.95))[0]
+    np.testing.assert_allclose(one, many)

@@ -20,7 +20,14 @@ from predictive_scaler.forecasting.evaluation import (
     plan_blocks,
     select,
 )
-from predictive_scaler.forecasting.selection import promote, train_model
+from predictive_scaler.forecasting.selection import (
+    SELECTION_METHOD,
+    SHORT_SELECTION_METHOD,
+    promote,
+    settings_for_history,
+    train_candidates,
+    train_model,
+)
 
 from .conftest import make_daily
 
@@ -56,7 +63,7 @@ def test_report_has_every_model_horizon_and_metric(report):
     for name in FAST:
         assert set(doc["models"][name]["horizons"]) == {"10m", "20m", "30m"}
         row = doc["models"][name]["horizons"]["30m"]
-        assert set(row) == {"mae", "wape", "mape", "mase", "pinball", "coverage"}
+        assert set(row) == {"mae", "wape", "mape", "mase", "pinball", "normalised_pinball", "coverage"}
         assert all(isinstance(v, float) and math.isfinite(v) for v in row.values())
         assert 0.85 < row["coverage"] < 1.0
 
@@ -90,6 +97,27 @@ def test_a_failing_model_is_reported_not_fatal(series, monkeypatch):
 def _scored(pinball: float, coverage: float, error: str | None = None) -> ModelEvaluation:
     row = {"mae": 1.0, "wape": 0.1, "mape": 0.1, "mase": 1.0, "pinball": pinball, "coverage": coverage}
     return ModelEvaluation("x", {"30m": row}, 0.1, 100, error)
+
+
+@pytest.mark.parametrize(
+    ("days", "short"),
+    [(7, True), (17, False)],
+    ids=["7-day history (2-day calibration): walk-forward choice, static shifts", "17-day history: cross-fitted"],
+)
+def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, short):
+    history = make_daily(days=days, seed=5)
+    cfg = settings_for_history(history.span)
+    result = train_model(history, FAST, settings=cfg)
+    assert result.metrics["selection"] == (SHORT_SELECTION_METHOD if short else SELECTION_METHOD)
+    if short:
+        assert result.kind == select(evaluate(history, FAST, cfg).models, cfg.quantile)
+        assert result.model.tracking_window == 0 and not result.model.additive
+        # The protocol's call fits every candidate (for the regret), the served one identically.
+        every = train_candidates(model_series(history), FAST, cfg)
+        assert set(every.models) == set(FAST) and every.selected == result.kind
+        recent = history.tail(result.model.window_steps)
+        np.testing.assert_allclose(every.models[result.kind].forecast(recent, 6, (0.5, 0.95)).values,
+                                   result.model.forecast(recent, 6, (0.5, 0.95)).values)
 
 
 @pytest.mark.parametrize(
@@ -129,14 +157,22 @@ def test_promote(challenger, serving, expected, why):
     assert why in decision.reason
 
 
-def test_train_model_returns_a_calibrated_serialisable_winner(series):
+def test_train_model_returns_a_calibrated_serialisable_model(series):
     result = train_model(series, FAST)
-    assert result.kind == result.metrics["selected"] and result.kind in FAST
-    assert result.model.base_kind == result.kind
-    rebuilt = registry.model_from_params("calibrated", json.loads(json.dumps(result.model.to_params())))
-    fc = rebuilt.forecast(series.tail(2 * 288), 6, (0.5, 0.95))
+    assert result.kind == result.metrics["selected"] and result.kind in (*FAST, "combination")
+    model = result.model
+    members = model.members if result.kind == "combination" else (model,)
+    assert all(m.kind == "calibrated" and m.base_kind in FAST for m in members)
+    rebuilt = registry.model_from_params(model.kind, json.loads(json.dumps(model.to_params())))
+    recent = series.tail(model.window_steps)
+    fc = rebuilt.forecast(recent, 6, (0.5, 0.95))
     assert np.all(np.isfinite(fc.values)) and np.all(fc.values[1] >= fc.values[0])
+    np.testing.assert_allclose(fc.values, model.forecast(recent, 6, (0.5, 0.95)).values)
     assert result.fit_seconds >= 0
+    # Every candidate's cross-fitted scores travel with the model, the winner's the lowest.
+    pins = {k: np.mean([h["pinball"] for h in m["horizons"].values()])
+            for k, m in result.metrics["models"].items()}
+    assert pins[result.kind] == min(pins.values())
 
 
 @pytest.mark.parametrize(
