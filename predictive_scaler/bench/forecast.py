@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from predictive_scaler.bench.common import reexec_with_one_blas_thread, write_markdown
 from predictive_scaler.errors import ScalerError
 from predictive_scaler.forecasting.evaluation import (
     EvaluationReport,
@@ -166,14 +167,8 @@ def summary_row(name: str, report: EvaluationReport) -> tuple[str, bool | None, 
 
 
 #: One-core numbers must not hide a second BLAS thread; these must be set before numpy loads.
-THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 def main(argv: list[str] | None = None) -> int:
-    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
-        env = {**os.environ, **dict.fromkeys(THREAD_VARS, "1")}
-        given = sys.argv[1:] if argv is None else argv
-        os.execve(sys.executable, [sys.executable, "-m", "predictive_scaler.bench.forecast", *given], env)
+    reexec_with_one_blas_thread("predictive_scaler.bench.forecast", argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default="backtests/traces", help="directory of timestamp,value CSVs")
     parser.add_argument("--out", default="backtests/results/forecast.md", help="Markdown report to write")
@@ -270,10 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *sections,
     ]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    write_markdown(args.out, lines)
     return 0
 
 

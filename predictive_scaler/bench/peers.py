@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from predictive_scaler.bench.forecast import THREAD_VARS, machine
+from predictive_scaler.bench.common import reexec_with_one_blas_thread, write_markdown
+from predictive_scaler.bench.forecast import machine
 from predictive_scaler.forecasting.peers import PEER_NAMES, require_statsforecast
 from predictive_scaler.forecasting.protocol import (
     ProtocolSettings,
@@ -228,10 +229,7 @@ def run_all(args: argparse.Namespace, traces: list[str]) -> dict[str, dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
-        env = {**os.environ, **dict.fromkeys(THREAD_VARS, "1")}
-        given = sys.argv[1:] if argv is None else argv
-        os.execve(sys.executable, [sys.executable, "-m", "predictive_scaler.bench.peers", *given], env)
+    reexec_with_one_blas_thread("predictive_scaler.bench.peers", argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default="backtests/traces")
     parser.add_argument("--out", default="backtests/results/peers.md")
@@ -319,10 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
     lines += ["## Per trace (30-minute horizon unless stated)", "", *sections]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    write_markdown(args.out, lines)
     return 0
 
 

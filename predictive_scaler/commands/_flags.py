@@ -6,7 +6,7 @@ import argparse
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.forecasting.registry import DEFAULT_CANDIDATES
@@ -20,6 +20,22 @@ DEFAULT_MODELS = ",".join(DEFAULT_CANDIDATES)
 
 #: Mirrors series.DEFAULT_MAX_MISSING (not imported: registering flags must not import pandas).
 DEFAULT_MAX_MISSING = 0.5
+
+
+def add_command(subparsers: Any, doc: str | None) -> argparse.ArgumentParser:
+    """Add a command's parser from its module docstring, so its words live in one place.
+
+    The docstring's first line is ```predictive-scaler NAME`: HELP``; the paragraph after the
+    blank line is the description ``NAME --help`` prints.
+    """
+    if not doc:
+        raise ValueError("a command module needs a docstring (`predictive-scaler NAME`: help)")
+    first, _, rest = doc.strip().partition("\n")
+    head, _, help_text = first.partition(": ")
+    name = head.strip("`").removeprefix("predictive-scaler ")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help_text, description=" ".join(rest.split()) or help_text)
+    return parser
 
 
 def parse_time_flag(flag: str, text: str, timezone: str | None = None) -> pd.Timestamp:

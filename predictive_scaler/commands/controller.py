@@ -1,23 +1,22 @@
-"""`predictive-scaler controller`: run the in-cluster operator (kopf) over PredictiveScalers."""
+"""`predictive-scaler controller`: run the controller that reconciles PredictiveScalers
+
+Watch PredictiveScaler resources and, every --interval seconds, forecast each one's demand from
+Prometheus, plan replicas and prewarmed GPUs, and (in mode: scale) act through the Kubernetes API.
+Settings default to the PREDICTIVE_SCALER_* environment variables of the deploy/ ConfigMap. Run
+exactly one replica: kopf peering is not leader election. Logs are JSON lines on stderr; /metrics,
+/healthz (liveness) and /readyz (readiness) are served over HTTP; SIGTERM stops it within seconds.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from predictive_scaler.commands._flags import add_command
+
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "controller",
-        help="run the controller that reconciles PredictiveScalers",
-        description=(
-            "Watch PredictiveScaler resources and, every --interval seconds, forecast each one's demand from "
-            "Prometheus, plan replicas and prewarmed GPUs, and (in mode: scale) act through the Kubernetes API. "
-            "Settings default to the PREDICTIVE_SCALER_* environment variables of the deploy/ ConfigMap. "
-            "Run exactly one replica: kopf peering is not leader election. Logs are JSON lines on stderr; "
-            "/metrics, /healthz (liveness) and /readyz (readiness) are served over HTTP; SIGTERM stops it within seconds."
-        ),
-    )
+    p = add_command(subparsers, __doc__)
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, else ~/.kube/config)")
     p.add_argument("--namespace", help="watch only this namespace (default: all namespaces)")
     p.add_argument("--dry-run", action="store_true",

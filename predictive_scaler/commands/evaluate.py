@@ -1,4 +1,9 @@
-"""`predictive-scaler evaluate`: rolling-origin evaluation of forecasters on one trace."""
+"""`predictive-scaler evaluate`: walk-forward evaluation of forecasters on a trace
+
+Train on the first --min-history of the trace, then walk forward week by week (refit and
+recalibrate weekly) and print, per model and horizon, MAE, WAPE, MAPE (non-zero actuals), MASE,
+pinball loss and coverage at --quantile, and fit seconds.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,11 @@ import math
 import sys
 from typing import Any
 
-from predictive_scaler.commands._flags import DEFAULT_MODELS, add_trace_flags
+from predictive_scaler.commands._flags import DEFAULT_MODELS, add_command, add_trace_flags
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "evaluate",
-        help="walk-forward evaluation of forecasters on a trace",
-        description=(
-            "Train on the first --min-history of the trace, then walk forward week by week "
-            "(refit and recalibrate weekly) and print, per model and horizon, MAE, WAPE, MAPE "
-            "(non-zero actuals), MASE, pinball loss and coverage at --quantile, and fit seconds."
-        ),
-    )
+    p = add_command(subparsers, __doc__)
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file")
     p.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated kinds (default {DEFAULT_MODELS})")
     p.add_argument("--horizons", default="10m,20m,30m", help="comma-separated horizons, 5m–60m (default 10m,20m,30m)")

@@ -1,4 +1,9 @@
-"""`predictive-scaler forecast`: quantiles per step from a verified model and a trace up to a time."""
+"""`predictive-scaler forecast`: print P50/P95 per step from a trained model and a trace
+
+Load a model (verified against its manifest) and forecast the steps after --at using the trace's
+observations up to --at only. --model is an artifact directory (holding manifest.json), a store
+entry <store>/<name> (its serving version), or a store with --name.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from predictive_scaler.commands._flags import add_trace_flags
+from predictive_scaler.commands._flags import add_command, add_trace_flags
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "forecast",
-        help="print P50/P95 per step from a trained model and a trace",
-        description=(
-            "Load a model (verified against its manifest) and forecast the steps after --at using the "
-            "trace's observations up to --at only. --model is an artifact directory (holding "
-            "manifest.json), a store entry <store>/<name> (its serving version), or a store with --name."
-        ),
-    )
+    p = add_command(subparsers, __doc__)
     p.add_argument("--model", required=True, help="artifact directory, store entry, or store root with --name")
     p.add_argument("--name", help="model name when --model is a store root")
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file with the recent observations")

@@ -1,4 +1,12 @@
-"""`predictive-scaler retrain`: the weekly job — retrain every PredictiveScaler's model, promote only if not worse."""
+"""`predictive-scaler retrain`: retrain every PredictiveScaler's model from Prometheus history (the weekly CronJob)
+
+For each PredictiveScaler (from --config, or from the cluster): pull up to --history of demand and
+DCGM history from Prometheus, fit and select a model on all but the last --holdout, and compare it
+with the serving model on that held-out window; promote it only if it is not worse at the scaler's
+quantile (pinball loss and coverage). Short or broken history is skipped with its reason. Re-
+running with the same --run-id resumes: finished scalers are skipped and no version is published
+twice. Exit status 1 when a scaler failed unexpectedly.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +15,11 @@ import os
 import sys
 from typing import Any
 
+from predictive_scaler.commands._flags import add_command
+
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "retrain",
-        help="retrain every PredictiveScaler's model from Prometheus history (the weekly CronJob)",
-        description=(
-            "For each PredictiveScaler (from --config, or from the cluster): pull up to --history of demand "
-            "and DCGM history from Prometheus, fit and select a model on all but the last --holdout, and "
-            "compare it with the serving model on that held-out window; promote it only if it is not "
-            "worse at the scaler's quantile (pinball loss and coverage). Short or broken history is "
-            "skipped with its reason. Re-running with the same --run-id resumes: finished scalers are "
-            "skipped and no version is published twice. Exit status 1 when a scaler failed unexpectedly."
-        ),
-    )
+    p = add_command(subparsers, __doc__)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--config", help="YAML file of PredictiveScaler manifests (offline use)")
     where.add_argument("--in-cluster", action="store_true",

@@ -1,4 +1,10 @@
-"""`predictive-scaler train`: evaluate, select, fit and calibrate a model on a trace; publish it."""
+"""`predictive-scaler train`: train the best model for a trace and publish it into a model store
+
+Evaluate the candidate models walk-forward on the trace, select the best by pinball loss at
+--quantile (coverage as a guard), fit it on recent history, calibrate it out of sample, and
+publish it as a new serving version in the model store at --out
+(<out>/<name>/versions/<version>/{model.json,manifest.json} and <out>/<name>/serving).
+"""
 
 from __future__ import annotations
 
@@ -6,20 +12,11 @@ import argparse
 import sys
 from typing import Any
 
-from predictive_scaler.commands._flags import DEFAULT_MODELS, add_trace_flags
+from predictive_scaler.commands._flags import DEFAULT_MODELS, add_command, add_trace_flags
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "train",
-        help="train the best model for a trace and publish it into a model store",
-        description=(
-            "Evaluate the candidate models walk-forward on the trace, select the best by pinball "
-            "loss at --quantile (coverage as a guard), fit it on recent history, calibrate it out of "
-            "sample, and publish it as a new serving version in the model store at --out "
-            "(<out>/<name>/versions/<version>/{model.json,manifest.json} and <out>/<name>/serving)."
-        ),
-    )
+    p = add_command(subparsers, __doc__)
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file")
     p.add_argument("--out", required=True, help="model store directory (created if missing)")
     p.add_argument("--name", help="model name in the store (default: the trace's file name without extension)")

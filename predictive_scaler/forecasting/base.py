@@ -58,6 +58,11 @@ class FittedModel(ABC):
     def from_params(cls, params: Mapping[str, Any]) -> FittedModel:
         """Rebuild from :meth:`to_params`; raise :class:`ModelError` on anything invalid."""
 
+    def issue(self, window: Series, quantiles: tuple[float, ...], values: Any) -> Forecast:
+        """The :class:`Forecast` this model issues at the last step of ``window``."""
+        return Forecast(issued_at=window.last_time, step_seconds=self.step_seconds,
+                        quantiles=quantiles, values=values, model=self.kind)
+
 
 class Forecaster(Protocol):
     """Something that learns a :class:`FittedModel` from history."""

@@ -491,13 +491,7 @@ class ProphetModel(FittedModel):
                 )
         window = recent.tail(self.window_steps)
         values = self.walk_forward(window, np.array([len(window) - 1]), horizon_steps, qs)[0]
-        return Forecast(
-            issued_at=window.last_time,
-            step_seconds=self.step_seconds,
-            quantiles=qs,
-            values=values,
-            model=self.kind,
-        )
+        return self.issue(window, qs, values)
 
     def to_params(self) -> dict[str, Any]:
         return {

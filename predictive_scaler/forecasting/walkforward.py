@@ -74,13 +74,7 @@ class WalkForwardModel(FittedModel):
                 f"{self.kind} cannot forecast after {window.last_time}: the last "
                 f"{len(window)} steps hold too few observations; wait for data or use another model"
             )
-        return Forecast(
-            issued_at=window.last_time,
-            step_seconds=self.step_seconds,
-            quantiles=qs,
-            values=values,
-            model=self.kind,
-        )
+        return self.issue(window, qs, values)
 
 
 def check_origins(series: Series, origins: np.ndarray) -> np.ndarray:
