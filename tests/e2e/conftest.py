@@ -187,8 +187,8 @@ def make_target(api: KubeApiServer, namespace: str, name: str = MODEL, replicas:
 
 def scaler_manifest(namespace: str, mode: str = "scale", name: str = MODEL, **spec: Any) -> dict[str, Any]:
     body = scaler_spec(model=MODEL, query=QUERY, requests_per_replica=PER_REPLICA, max_replicas=12,
-                       node_start_seconds=1800, gpus_per_node=1, max_gpus=6, target={"name": MODEL}, mode=mode,
-                       **spec)
+                       node_start_seconds=1800, gpus_per_node=1, max_gpus=6, target={"name": MODEL}, mode=mode)
+    body.update(spec)  # whole top-level fields, `model` included (scaler_spec's own `model` is a name)
     return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "PredictiveScaler",
             "metadata": {"name": name, "namespace": namespace}, "spec": body}
 
