@@ -53,8 +53,9 @@ def capacity_per_replica(prom: BackfilledPrometheus) -> float:
 
 
 def matrix_spec(prom: BackfilledPrometheus, **overrides: Any) -> dict[str, Any]:
-    return scaler_spec(model=MODEL, query=QUERY, requests_per_replica=capacity_per_replica(prom), max_replicas=12,
-                       **overrides)
+    spec = scaler_spec(model=MODEL, query=QUERY, requests_per_replica=capacity_per_replica(prom), max_replicas=12)
+    spec.update(overrides)  # whole top-level fields, `model` included (scaler_spec's own `model` is a name)
+    return spec
 
 
 def fit_persistence(series: Series, name: str) -> tuple[Any, TrainingWindow]:
