@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from fakes import FakeCluster, FakeMetrics, FakeModel
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import ClusterError
@@ -20,6 +19,7 @@ from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler, ReconcileResult
 from predictive_scaler.series import Series
 from predictive_scaler.spec import ScalerSpec
+from tests.support.fakes.ports import FakeCluster, FakeMetrics, FakeModel
 
 START = datetime(2024, 3, 4, 8, 0, 30, tzinfo=UTC)  # mid-minute, like a real timer
 CAPACITY = 10.0  # req/s per replica

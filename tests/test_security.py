@@ -52,8 +52,8 @@ from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource
 from tests.deploy.test_rbac import admission_needs
-from tests.fakes import FakeMetrics
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.ports import FakeMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RBAC = ROOT / "deploy" / "base" / "rbac-controller.yaml"

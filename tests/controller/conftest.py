@@ -23,9 +23,9 @@ from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource
-from tests.fakes import FakeMetrics
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.fixtures import START
+from tests.support.fakes.ports import FakeMetrics
 
 NS = "ml"
 TARGET = "llm"

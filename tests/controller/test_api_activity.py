@@ -20,8 +20,8 @@ from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.sources.prometheus import PrometheusSource
 from tests.controller.conftest import NS, TARGET, condition, install, scaler
-from tests.fakes import FakeMetrics
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.ports import FakeMetrics
 
 
 @pytest.mark.parametrize(

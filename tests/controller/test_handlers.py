@@ -22,7 +22,7 @@ from tests.controller.conftest import (
     scaler,
     scaler_spec,
 )
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 DEPLOYMENT = ("apps/v1", "Deployment")
 

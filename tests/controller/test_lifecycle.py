@@ -12,7 +12,7 @@ from predictive_scaler.controller.health import LoopMonitor
 from predictive_scaler.controller.lifecycle import Shutdown
 from predictive_scaler.errors import ShuttingDown
 from tests.controller.conftest import NS, TARGET, MakeService, install, scaler
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 
 @pytest.mark.parametrize(("stopping", "wrote", "outcome"), [

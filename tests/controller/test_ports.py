@@ -28,7 +28,7 @@ from tests.controller.conftest import (
     scaler_spec,
     synthetic_history,
 )
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 
 def decision(replicas: int, placeholder_gpus: int) -> Decision:

@@ -1,7 +1,7 @@
 """The real `predictive-scaler controller` process: SIGTERM, liveness and readiness, as a pod sees them.
 
 Each test starts the command itself (a subprocess, kopf included) against the
-stand-in API server (tests/kube/fake_apiserver.py, on its own threaded HTTP server
+stand-in API server (tests/support/fakes/apiserver.py, on its own threaded HTTP server
 with watch streams) and a real Prometheus, then probes ``/healthz`` and ``/readyz``
 on the metrics port and signals it like the kubelet would.
 """
@@ -29,7 +29,7 @@ from support.prometheus import BackfilledPrometheus, free_port
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.policy.state import PlannerState
 from tests.controller.conftest import NS, TARGET, install, publish_model, scaler_spec
-from tests.kube.fake_apiserver import FakeApiServer, ResourceType
+from tests.support.fakes.apiserver import FakeApiServer, ResourceType
 
 CLI = str(Path(sys.executable).with_name("predictive-scaler"))
 #: Done-when figures: SIGTERM ends the process within this many seconds, in every one of TRIES tries.

@@ -27,8 +27,8 @@ from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
-from tests.fakes import FakeCluster
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.ports import FakeCluster
 
 QUERY = 'sum(rate(requests_total{namespace="ml",job="inference"}[2m]))'
 #: With samples exactly every 60 s, a [1m] range holds the two samples bounding the last minute, so the

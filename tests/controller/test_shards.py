@@ -11,7 +11,7 @@ from predictive_scaler.controller.budget import ClusterBudget
 from predictive_scaler.controller.settings import ClusterBudgetLimits
 from predictive_scaler.controller.shards import ShardedBudget, ShardMembership, shard_limits
 from predictive_scaler.kube.client import KubeCluster
-from tests.kube.fake_apiserver import FakeApiServer, ResourceType
+from tests.support.fakes.apiserver import FakeApiServer, ResourceType
 
 NS = "predictive-scaler-system"
 LEASE = ResourceType("coordination.k8s.io", "v1", "Lease", "leases", builtin=False)

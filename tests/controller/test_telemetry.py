@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from fakes import FakeCluster, FakeMetrics, FakeModel
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
 from predictive_scaler.spec import ScalerSpec
+from tests.support.fakes.ports import FakeCluster, FakeMetrics, FakeModel
 
 START = datetime(2024, 3, 4, 8, 0, 30, tzinfo=UTC)
 LABELS = {"namespace": "ml", "scaler": "llm"}

@@ -12,7 +12,7 @@ from predictive_scaler.clock import FakeClock
 from predictive_scaler.kube.api_calls import api_call_for
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ from pathlib import Path
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.placeholders import PlaceholderSpec
 from predictive_scaler.kube.workloads import WorkloadRef
-
-from .fake_apiserver import ResourceType
+from tests.support.fakes.apiserver import ResourceType
 
 NS = "ml"
 DEPLOYMENT = WorkloadRef("apps/v1", "Deployment", "llm", NS)

@@ -17,8 +17,7 @@ from predictive_scaler.kube.cache import (
 )
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.workloads import WorkloadRef
-
-from .fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 
 def _eventually(check, timeout: float = 10.0) -> None:

@@ -22,8 +22,7 @@ from tests.kube.shared import (
     placeholder_spec,
     serve_hpa_versions,
 )
-
-from .fake_apiserver import ResourceType
+from tests.support.fakes.apiserver import ResourceType
 
 
 def test_dry_run_writes_nothing(fake_api, clock):

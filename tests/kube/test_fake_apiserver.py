@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from .fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 NS = "ml"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"

@@ -20,8 +20,8 @@ from support.specs import scaler_spec
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
 from predictive_scaler.series import Series
-from tests.kube.fake_apiserver import FakeApiServer
 from tests.reliability.harness import World
+from tests.support.fakes.apiserver import FakeApiServer
 
 #: Demand query a user would write (per-pod counters with resets). Two minutes of range over a
 #: 60 s scrape: a [1m] range holds a single sample whenever the query time is not on a scrape

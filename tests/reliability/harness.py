@@ -36,7 +36,7 @@ from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.reconcile import ReconcileResult
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 NS = "ml"
 SCALER_API = "autoscaling.predictive-scaler.io/v1alpha1"

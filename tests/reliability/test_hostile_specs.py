@@ -23,10 +23,10 @@ from predictive_scaler.clock import FakeClock
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
 from predictive_scaler.series import Series
-from tests.fakes import FakeMetrics
-from tests.kube.fake_apiserver import FakeApiServer
 from tests.reliability.harness import World
 from tests.reliability.hostile import BOMB, Case, check, ids
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.ports import FakeMetrics
 
 BACKTEST = "backtest --trace {d}/good.csv --scaler {d}/scaler.yaml --no-progress --report {d}/report"
 BASE: dict[str, Any] = {

@@ -34,11 +34,11 @@ from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
-from tests.fakes import FakeMetrics
-from tests.kube.fake_apiserver import FakeApiServer
 from tests.reliability.conftest import MODEL, MakeWorld, matrix_spec
 from tests.reliability.harness import NS, SCALER_API, World
 from tests.reliability.scenarios import BY_ID
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.ports import FakeMetrics
 
 START = datetime(2018, 6, 20, 8, 1, tzinfo=UTC)
 KILLS = 20

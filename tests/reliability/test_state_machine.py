@@ -32,10 +32,10 @@ from support.specs import scaler_spec
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
 from predictive_scaler.policy.state import PlannerState
-from tests.fakes import FakeMetrics
-from tests.kube.fake_apiserver import FakeApiServer
 from tests.reliability.conftest import MODEL
 from tests.reliability.harness import World
+from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.fakes.ports import FakeMetrics
 
 START = datetime(2018, 6, 20, 8, 1, tzinfo=UTC)
 

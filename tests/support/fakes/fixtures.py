@@ -9,7 +9,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from predictive_scaler.clock import FakeClock
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.fakes.apiserver import FakeApiServer
 
 #: The fake clock's start: a Monday morning.
 START = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
