@@ -30,13 +30,13 @@ from predictive_scaler.forecasting.evaluation import (
     EvaluationReport,
     EvaluationSettings,
     evaluate,
+    initial_history_for,
     planned_fits,
 )
 from predictive_scaler.forecasting.registry import FORECASTER_KINDS, parse_kinds
 from predictive_scaler.series import Series, format_duration, load_trace
 
 MIN_SPAN = timedelta(days=14)
-SHORT_SPAN = timedelta(days=15)
 TIMING_TRACE = "nasa_http_1995.csv"
 LIBRARIES = ("numpy", "pandas", "scipy", "statsmodels", "prophet")
 
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if series.span < MIN_SPAN:
             continue
-        min_history = timedelta(days=7) if series.span < SHORT_SPAN else timedelta(days=14)
+        min_history = initial_history_for(series.span)
         settings = EvaluationSettings(min_history=min_history)
         t0 = time.perf_counter()
         with tqdm(total=planned_fits(series, kinds, settings), desc=path.stem, unit="fit",

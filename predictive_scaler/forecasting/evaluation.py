@@ -32,6 +32,16 @@ from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, days_text, for
 #: Models work on a 5-minute grid; a trace with a coarser step is modelled at its own step.
 DEFAULT_MODEL_STEP = 300
 DEFAULT_HORIZONS: tuple[timedelta, ...] = tuple(timedelta(minutes=m) for m in (10, 20, 30))
+
+#: Traces shorter than this are scored after 7 days of history instead of 14 (the ~14-day
+#: bundled traces train on 7 days, as the backtest does).
+SHORT_TRACE = timedelta(days=15)
+SHORT_MIN_HISTORY = timedelta(days=7)
+
+
+def initial_history_for(span: timedelta) -> timedelta:
+    """History before the first scored origin of a trace spanning ``span``: 14 days, or 7 under 15 days."""
+    return SHORT_MIN_HISTORY if span < SHORT_TRACE else DEFAULT_MIN_HISTORY
 MIN_HORIZON = timedelta(minutes=5)
 MAX_HORIZON = timedelta(seconds=MAX_HORIZON_SECONDS)
 #: Selection guard: a model whose coverage is further than this from the target is not chosen.

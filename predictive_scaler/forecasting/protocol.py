@@ -39,6 +39,7 @@ from predictive_scaler.forecasting.evaluation import (
     DEFAULT_MODEL_STEP,
     Progress,
     horizon_steps,
+    initial_history_for,
     model_series,
 )
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
@@ -48,11 +49,8 @@ from predictive_scaler.forecasting.selection import (
     train_candidates,
 )
 from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk_forward
-from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
+from predictive_scaler.series import Series, format_duration
 
-#: Traces shorter than this start scoring after 7 days instead of 14 (as the backtest does).
-SHORT_TRACE = timedelta(days=15)
-SHORT_MIN_HISTORY = timedelta(days=7)
 #: Single forecasts timed per candidate and refit (forecast with state update).
 TIMED_FORECASTS = 20
 
@@ -73,7 +71,7 @@ class ProtocolSettings:
     def initial_history(self, span: timedelta) -> timedelta:
         if self.min_history is not None:
             return self.min_history
-        return SHORT_MIN_HISTORY if span < SHORT_TRACE else DEFAULT_MIN_HISTORY
+        return initial_history_for(span)
 
     def describe(self, span: timedelta) -> dict[str, Any]:
         return {
