@@ -8,8 +8,7 @@ on that window (calibrated on one half, scored on the other, and back) and the
 lowest pinball loss at the target quantile serves (or a weighted combination of
 the best three, when it scores better there). On short history — a calibration
 window under :data:`SHORT_CALIBRATION`, e.g. 7 days of history — the choice is
-:func:`evaluate`'s walk-forward one instead, and the winner is calibrated with
-static shifts (see :data:`SHORT_CALIBRATION` for why).
+a walk-forward one over daily refits instead (see :data:`SHORT_CALIBRATION` for why).
 
 :func:`promote` is the rule the retraining job and the backtest use before a
 new model replaces the serving one: it must not be worse on a window neither
@@ -52,6 +51,7 @@ from predictive_scaler.forecasting.evaluation import (
     model_series,
     planned_fits,
     select,
+    select_on_common_blocks,
 )
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
 from predictive_scaler.forecasting.walkforward import (
@@ -137,19 +137,24 @@ SELECTION_METHOD = (
     "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins"
 )
 SHORT_SELECTION_METHOD = (
-    "short history: every candidate scored walk-forward on the data after its first fit and "
-    "calibration windows; the winner (lowest mean pinball loss with coverage near the quantile) "
-    "fitted before the calibration window and calibrated on it with static log-scale shifts"
+    "short history: every candidate scored walk-forward, refitted daily, on the data after its first "
+    "fit and calibration windows; the winner (lowest mean pinball loss at the quantile over the days "
+    "every candidate was scored on) fitted before the calibration window and calibrated on it"
 )
 #: A calibration window shorter than this (the backtest's and the protocol's 7-day trainings
 #: have 2 days) is too short to choose on: its cross-fitting halves are single days. On the
 #: 7-day trainings, choosing there served combinations with seasonal-naive (5× persistence's
 #: pinball on the following week of nab_rds_cpu_e47b3b) and tracked shifts whose step cannot be
 #: chosen on so little; the backtest's gap closed fell on three of the four 14-day traces. On
-#: such history :func:`train_candidates` chooses as :func:`evaluate` does instead — walk-forward
-#: over the longer window after the first fit and calibration (3 of 7 days) — and serves one
-#: model with static log-scale conformal shifts.
+#: such history :func:`train_candidates` chooses walk-forward instead — over the longer window
+#: after the first fit and calibration (3 of 7 days), refitted every day (:data:`SHORT_REFIT`),
+#: by pinball loss alone (:func:`~predictive_scaler.forecasting.evaluation.select_on_common_blocks`) — and serves one model.
 SHORT_CALIBRATION = timedelta(days=3)
+#: On short history the walk-forward choice refits every day (blocks of a day each, every one
+#: fitted before its own calibration window), so the choice rests on more than one window.
+SHORT_REFIT = timedelta(days=1)
+#: The served model's coverage-tracking rate on short history (0: static shifts).
+SHORT_TRACKING_RATE = 0.0
 
 
 def short_history(cfg: EvaluationSettings) -> bool:
@@ -182,7 +187,7 @@ def train_candidates(
     lowest mean pinball loss at the target quantile over the horizons: the tracked
     calibration holds coverage, and pinball loss already charges a P95 that misses.
 
-    On short history (:func:`short_history`) the choice is :func:`evaluate`'s instead (see
+    On short history (:func:`short_history`) the choice is walk-forward instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
     """
     if short_history(cfg):
@@ -234,25 +239,29 @@ def _train_short(
     grid: Series, kinds: Sequence[str], cfg: EvaluationSettings, horizon: timedelta, *,
     progress: Progress | None, options: Mapping[str, Mapping[str, Any]] | None, every: bool,
 ) -> TrainedCandidates:
-    """:func:`train_candidates` on short history: walk-forward selection, static shifts."""
-    static = replace(cfg, tracked_calibration=False)
-    report = evaluate(grid, kinds, static, step_seconds=grid.step_seconds, progress=progress, options=options)
+    """:func:`train_candidates` on short history: the walk-forward choice over daily blocks
+    (:data:`SHORT_REFIT`), by pinball loss on the blocks every candidate was scored in; the
+    winner calibrated with :data:`SHORT_TRACKING_RATE`."""
+    walk = replace(cfg, tracked_calibration=False, refit_every=SHORT_REFIT)
+    report = evaluate(grid, kinds, walk, step_seconds=grid.step_seconds, progress=progress, options=options)
+    selected = select_on_common_blocks(report.models)
     models: dict[str, FittedModel] = {}
     fits: dict[str, float] = {}
     scores = dict(report.models)
     for kind in kinds:
         # A kind whose walk-forward fits failed (e.g. too little history for its season) cannot
         # be chosen, but is still fitted when ``every`` (the protocol scores every candidate).
-        if not (every or kind == report.selected):
+        if not (every or kind == selected):
             continue
         try:
-            models[kind], fits[kind] = fit_calibrated(kind, grid, cfg, horizon, options=options, static=True)
+            models[kind], fits[kind] = fit_calibrated(kind, grid, cfg, horizon, options=options,
+                                                      tracking_rate=SHORT_TRACKING_RATE)
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
-            if kind == report.selected:
+            if kind == selected:
                 raise
             if not scores[kind].error:
                 scores[kind] = ModelEvaluation(kind, scores[kind].horizons, None, error=f"{kind}: {exc}")
-    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=report.selected)
+    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
 
 
 def _combination(
@@ -336,6 +345,7 @@ def crossfit_scores(
 def fit_calibrated(
     kind: str, grid: Series, cfg: EvaluationSettings, horizon: timedelta = timedelta(minutes=30),
     *, additive: bool = False, options: Mapping[str, Mapping[str, Any]] | None = None, static: bool = False,
+    tracking_rate: float | None = None,
 ) -> tuple[CalibratedModel, float]:
     """What :func:`train_model` serves once ``kind`` is chosen: fitted on ``grid`` (already on the
     model grid) up to its last ``calibration_window``, calibrated on that window; and the fit's
@@ -346,14 +356,15 @@ def fit_calibrated(
     t0 = time.perf_counter()
     base = registry.forecaster(kind, **dict((options or {}).get(kind) or {})).fit(grid.slice(max(0, fit_end - train), fit_end))
     fit_seconds = time.perf_counter() - t0
-    return calibrated(base, grid, cfg, horizon, additive=additive, static=static), fit_seconds
+    return calibrated(base, grid, cfg, horizon, additive=additive, static=static,
+                      tracking_rate=tracking_rate), fit_seconds
 
 
 def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
                horizon: timedelta = timedelta(minutes=30), *, additive: bool = False,
-               static: bool = False) -> CalibratedModel:
+               static: bool = False, tracking_rate: float | None = None) -> CalibratedModel:
     """``base`` (fitted before the last calibration window of ``grid``) calibrated on that window
-    (``static``: no coverage tracking)."""
+    (``static``: no coverage tracking; ``tracking_rate``: the tracker's rate, None to choose)."""
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     fit_end = len(grid) - cal
     window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
@@ -367,7 +378,7 @@ def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
         horizon_steps=max(wanted, max_horizon_steps(grid.step_seconds)),
         adaptive=cfg.adaptive_calibration,
         additive=additive,
-        tracking_rate=0.0 if static else None,
+        tracking_rate=0.0 if static else tracking_rate,
     )
 
 

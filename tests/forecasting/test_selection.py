@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
@@ -19,10 +20,13 @@ from predictive_scaler.forecasting.evaluation import (
     model_series,
     plan_blocks,
     select,
+    select_on_common_blocks,
 )
 from predictive_scaler.forecasting.selection import (
     SELECTION_METHOD,
+    SHORT_REFIT,
     SHORT_SELECTION_METHOD,
+    SHORT_TRACKING_RATE,
     promote,
     settings_for_history,
     train_candidates,
@@ -110,8 +114,11 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
     result = train_model(history, FAST, settings=cfg)
     assert result.metrics["selection"] == (SHORT_SELECTION_METHOD if short else SELECTION_METHOD)
     if short:
-        assert result.kind == select(evaluate(history, FAST, cfg).models, cfg.quantile)
-        assert result.model.tracking_window == 0 and not result.model.additive
+        walk = evaluate(history, FAST, replace(cfg, refit_every=SHORT_REFIT, tracked_calibration=False))
+        assert walk.blocks > 1  # more than one validation window
+        assert all(len(m.block_pinball) == walk.blocks for m in walk.models.values())
+        assert result.kind == select_on_common_blocks(walk.models)
+        assert result.model.tracking_rate == SHORT_TRACKING_RATE and not result.model.additive
         # The protocol's call fits every candidate (for the regret), the served one identically.
         every = train_candidates(model_series(history), FAST, cfg)
         assert set(every.models) == set(FAST) and every.selected == result.kind
@@ -133,6 +140,33 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
 )
 def test_select(models, expected):
     assert select(models, 0.95) == expected
+
+
+def _blocks(coverage: float, *pinballs: float | None, error: str | None = None) -> ModelEvaluation:
+    scored = [p for p in pinballs if p is not None]
+    row = {"pinball": float(np.mean(scored)) if scored else None, "coverage": coverage}
+    return ModelEvaluation("x", {"30m": row}, 0.1, 100, error, block_pinball=tuple(pinballs))
+
+
+@pytest.mark.parametrize(
+    ("models", "expected", "old"),
+    [
+        # servegen_m_large's walk-forward: seasonal-naive alone passed the coverage guard and
+        # served at 4.8x arima's loss on the following week; pinball alone picks arima.
+        ({"arima": _blocks(0.90, 1.0, 1.0), "seasonal-naive": _blocks(0.95, 1.6, 1.5)}, "arima", "seasonal-naive"),
+        # Holt-Winters cannot fit the first (shortest) block: compared on the blocks both have,
+        # not on persistence's easy first block.
+        ({"persistence": _blocks(0.95, 0.2, 1.2, 1.2), "holt-winters": _blocks(0.95, None, 1.0, 1.0)},
+         "holt-winters", "persistence"),
+        ({"a": _blocks(0.95, 1.0, 1.0), "b": _blocks(0.95, 0.5, 0.5, error="boom")}, "a", "a"),
+        ({"a": _blocks(0.95, 1.0, None), "b": _blocks(0.95, None, 0.5)}, "b", "b"),  # nothing in common
+        ({"a": _blocks(0.95, None, None)}, None, None),
+    ],
+    ids=["no-coverage-guard", "common-blocks-only", "skip-failed", "no-common-block", "never-scored"],
+)
+def test_select_on_common_blocks(models, expected, old):
+    assert select_on_common_blocks(models) == expected
+    assert select(models, 0.95) == old  # what the walk-forward choice did before
 
 
 @pytest.mark.parametrize(
