@@ -97,6 +97,8 @@ class EvaluationSettings:
     max_slow_origins: int = 1500
     #: Coverage tracking in the calibration (:mod:`calibration`); off: static conformal shifts.
     tracked_calibration: bool = True
+    #: ... at this tracker rate (None: :func:`calibration.calibrate` chooses it).
+    tracking_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not (0.5 <= self.quantile < 1.0):
@@ -257,8 +259,9 @@ def evaluate_model(
             model = calibrate(base, series.slice(lo, block.start), block.fit_end - 1 - lo,
                               quantiles=cal_qs, horizon_steps=h_max, stride=stride,
                               adaptive=cfg.adaptive_calibration,
-                              tracking_rate=None if cfg.tracked_calibration else 0.0)
-            lo = max(0, block.start - 1 - window)
+                              tracking_rate=cfg.tracking_rate if cfg.tracked_calibration else 0.0)
+            # A tracked model replays its recent forecasts: give it its whole window.
+            lo = max(0, block.start - 1 - int(getattr(model, "window_steps", window)))
             origins = np.arange(block.start - 1, block.end - 1, stride)
             fc = walk_forward(model, series.slice(lo, block.end - 1 + 1), origins - lo, h_max, qs)
         except (ScalerError, ValueError, np.linalg.LinAlgError) as exc:

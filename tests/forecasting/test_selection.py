@@ -26,7 +26,7 @@ from predictive_scaler.forecasting.selection import (
     SELECTION_METHOD,
     SHORT_REFIT,
     SHORT_SELECTION_METHOD,
-    SHORT_TRACKING_RATE,
+    SHORT_TRACKING_RATES,
     promote,
     settings_for_history,
     train_candidates,
@@ -118,7 +118,7 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
         assert walk.blocks > 1  # more than one validation window
         assert all(len(m.block_pinball) == walk.blocks for m in walk.models.values())
         assert result.kind == select_on_common_blocks(walk.models)
-        assert result.model.tracking_rate == SHORT_TRACKING_RATE and not result.model.additive
+        assert result.model.tracking_rate in SHORT_TRACKING_RATES and not result.model.additive
         # The protocol's call fits every candidate (for the regret), the served one identically.
         every = train_candidates(model_series(history), FAST, cfg)
         assert set(every.models) == set(FAST) and every.selected == result.kind
