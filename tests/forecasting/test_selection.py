@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
-from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting import registry, selection
 from predictive_scaler.forecasting.evaluation import (
     EvaluationSettings,
     ModelEvaluation,
@@ -32,6 +32,7 @@ from predictive_scaler.forecasting.selection import (
     train_candidates,
     train_model,
 )
+from predictive_scaler.series import Series
 
 from .conftest import make_daily
 
@@ -167,6 +168,56 @@ def _blocks(coverage: float, *pinballs: float | None, error: str | None = None) 
 def test_select_on_common_blocks(models, expected, old):
     assert select_on_common_blocks(models) == expected
     assert select(models, 0.95) == old  # what the walk-forward choice did before
+
+
+def _seven_days(seed: int, calm: bool) -> Series:
+    """7 days of 5-minute demand; unless ``calm``, the noise triples from day 4 on (the scored
+    days of the walk-forward: a regime the calibration windows never saw)."""
+    quiet = make_daily(days=7, seed=seed, noise=0.1)
+    if calm:
+        return quiet
+    loud = make_daily(days=7, seed=seed + 100, noise=0.3)
+    cut = 4 * 288
+    values = np.concatenate([quiet.values[:cut], loud.values[cut:]])
+    return Series(values=values, start=quiet.start, step_seconds=300, name="synthetic")
+
+
+@pytest.mark.parametrize(
+    ("seed", "calm", "tracked"),
+    [(0, True, False), (2, True, False), (0, False, True), (2, False, True)],
+    ids=["calm-0: static shifts", "calm-2: static shifts", "volatility-triples-0: tracked",
+         "volatility-triples-2: tracked"],
+)
+def test_short_history_tracks_coverage_only_where_it_pays_on_the_daily_blocks(seed, calm, tracked):
+    history = _seven_days(seed, calm)
+    cfg = settings_for_history(history.span)
+    result = train_model(history, FAST, settings=cfg)
+    assert result.kind == "persistence"
+    assert (result.model.tracking_rate > 0) is tracked
+    assert result.model.tracking_rate in SHORT_TRACKING_RATES
+
+
+def test_short_history_beats_the_coverage_guard_on_a_regime_change():
+    """The old walk-forward rule served seasonal-naive here: the only candidate whose coverage
+    stayed near 0.95 when the noise tripled, at about twice persistence's pinball loss."""
+    history = _seven_days(1, calm=False)
+    cfg = settings_for_history(history.span)
+    walk = evaluate(history, FAST, replace(cfg, refit_every=SHORT_REFIT, tracked_calibration=False))
+    assert select(walk.models, cfg.quantile) == "seasonal-naive"  # the old rule
+    pins = {k: m.block_pinball for k, m in walk.models.items()}
+    assert all(p < s for p, s in zip(pins["persistence"], pins["seasonal-naive"], strict=True))
+    assert train_model(history, FAST, settings=cfg).kind == "persistence"
+
+
+def test_a_tracking_rate_is_not_chosen_on_one_block(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("evaluated a rate on a single block")
+
+    monkeypatch.setattr(selection, "evaluate_model", boom)
+    one = ModelEvaluation("holt-winters", {}, 0.1, 100, block_pinball=(None, 1.0))
+    history = make_daily(days=7, seed=3)
+    cfg = replace(settings_for_history(history.span), refit_every=SHORT_REFIT, tracked_calibration=False)
+    assert selection._short_tracking_rate(history, "holt-winters", cfg, one, None) == 0.0
 
 
 @pytest.mark.parametrize(
