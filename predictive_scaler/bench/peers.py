@@ -165,7 +165,7 @@ def why(doc: Mapping[str, Any]) -> str:
     regret = doc.get("regret")
     # 7 days of initial history: the first refit takes train's short-history path.
     short = doc.get("protocol", {}).get("min_history") == "7d"
-    how = ("the walk-forward choice on 7 days of history (train's short-history path: static shifts)"
+    how = ("the walk-forward choice on 7 days of history (train's short-history path: daily blocks)"
            if short else "the cross-fitted choice on the calibration window")
     if regret is not None and regret > REGRET_TARGET:
         parts.append(f"selection: the served choices scored {regret:.3f}× the best candidate in hindsight "
@@ -180,7 +180,7 @@ def why(doc: Mapping[str, Any]) -> str:
     n = int(served.get("origins") or 0) or None
     if cov is not None and not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
         band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
-        parts.append(f"coverage {cov:.3f}{band}" + ("; static shifts, no coverage tracking" if short else ""))
+        parts.append(f"coverage {cov:.3f}{band}" + ("; 2 days to calibrate on (short history)" if short else ""))
     return "; ".join(parts)
 
 
