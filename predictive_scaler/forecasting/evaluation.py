@@ -99,6 +99,8 @@ class EvaluationSettings:
     tracked_calibration: bool = True
     #: ... at this tracker rate (None: :func:`calibration.calibrate` chooses it).
     tracking_rate: float | None = None
+    #: Calibration shifts in demand units instead of on the log scale.
+    additive_calibration: bool = False
 
     def __post_init__(self) -> None:
         if not (0.5 <= self.quantile < 1.0):
@@ -259,7 +261,8 @@ def evaluate_model(
             model = calibrate(base, series.slice(lo, block.start), block.fit_end - 1 - lo,
                               quantiles=cal_qs, horizon_steps=h_max, stride=stride,
                               adaptive=cfg.adaptive_calibration,
-                              tracking_rate=cfg.tracking_rate if cfg.tracked_calibration else 0.0)
+                              tracking_rate=cfg.tracking_rate if cfg.tracked_calibration else 0.0,
+                              additive=cfg.additive_calibration)
             # A tracked model replays its recent forecasts: give it its whole window.
             lo = max(0, block.start - 1 - int(getattr(model, "window_steps", window)))
             origins = np.arange(block.start - 1, block.end - 1, stride)

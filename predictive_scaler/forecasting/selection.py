@@ -247,11 +247,12 @@ def _train_short(
 ) -> TrainedCandidates:
     """:func:`train_candidates` on short history: the walk-forward choice over daily blocks
     (:data:`SHORT_REFIT`), by pinball loss on the blocks every candidate was scored in; the
-    winner calibrated with the tracking rate that scores best on the same blocks."""
+    winner calibrated as scores best on the same blocks (:func:`_short_calibration`)."""
     walk = replace(cfg, tracked_calibration=False, refit_every=SHORT_REFIT)
     report = evaluate(grid, kinds, walk, step_seconds=grid.step_seconds, progress=progress, options=options)
     selected = select_on_common_blocks(report.models)
-    rate = 0.0 if selected is None else _short_tracking_rate(grid, selected, walk, report.models[selected], options)
+    rate, additive = (0.0, False) if selected is None else _short_calibration(
+        grid, selected, walk, report.models[selected], options)
     models: dict[str, FittedModel] = {}
     fits: dict[str, float] = {}
     scores = dict(report.models)
@@ -262,7 +263,7 @@ def _train_short(
             continue
         try:
             models[kind], fits[kind] = fit_calibrated(kind, grid, cfg, horizon, options=options,
-                                                      tracking_rate=rate)
+                                                      tracking_rate=rate, additive=additive)
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
             if kind == selected:
                 raise
@@ -271,30 +272,41 @@ def _train_short(
     return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
 
 
-def _short_tracking_rate(grid: Series, kind: str, walk: EvaluationSettings, static: ModelEvaluation,
-                         options: Mapping[str, Mapping[str, Any]] | None) -> float:
-    """The coverage-tracking rate the short-history winner serves with: the one of
-    :data:`SHORT_TRACKING_RATES` whose tracked forecasts have the lowest pinball loss on the
-    same daily walk-forward blocks (each block calibrated on its own window, then tracked over
-    the day it forecasts); 0 (static shifts) unless a rate beats it there, and always 0 when
-    the winner was scored in fewer than :data:`SHORT_TRACKING_BLOCKS` blocks."""
+def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static: ModelEvaluation,
+                       options: Mapping[str, Mapping[str, Any]] | None) -> tuple[float, bool]:
+    """The short-history winner's calibration: coverage-tracking rate and additive (demand-unit)
+    or log-scale shifts. Each choice must lower the pinball loss on the same daily walk-forward
+    blocks (each calibrated on its own window, then scored, tracked, over the day it forecasts)
+    the winner was chosen on — shifts first, with static calibration, then the rate among
+    :data:`SHORT_TRACKING_RATES` — and neither is chosen on fewer than
+    :data:`SHORT_TRACKING_BLOCKS` blocks: static log-scale shifts then."""
     if sum(v is not None for v in static.block_pinball) < SHORT_TRACKING_BLOCKS:
-        return 0.0
-    best, loss = 0.0, _block_loss(static.block_pinball)
+        return 0.0, False
+
+    def loss(rate: float, additive: bool) -> float | None:
+        got = evaluate_model(kind, grid, replace(walk, tracked_calibration=rate > 0, tracking_rate=rate,
+                                                 additive_calibration=additive),
+                             forecaster_options=(options or {}).get(kind))
+        if got.error or len(got.block_pinball) != len(static.block_pinball):
+            return None
+        # Compared on the blocks the static log-scale calibration was scored in.
+        pairs = [(a, b) for a, b in zip(static.block_pinball, got.block_pinball, strict=True) if a is not None]
+        if not pairs or any(b is None for _, b in pairs):
+            return None
+        return float(np.mean([float(b) for _, b in pairs]))  # type: ignore[arg-type]
+
+    best_rate, best_loss = 0.0, _block_loss(static.block_pinball)
+    other = loss(0.0, True)
+    additive = other is not None and other < best_loss
+    if additive and other is not None:
+        best_loss = other
     for rate in SHORT_TRACKING_RATES:
         if rate <= 0:
             continue
-        got = evaluate_model(kind, grid, replace(walk, tracked_calibration=True, tracking_rate=rate),
-                             forecaster_options=(options or {}).get(kind))
-        if got.error or len(got.block_pinball) != len(static.block_pinball):
-            continue
-        # Compared on the blocks the static calibration was scored in.
-        pairs = [(a, b) for a, b in zip(static.block_pinball, got.block_pinball, strict=True) if a is not None]
-        if pairs and all(b is not None for _, b in pairs):
-            mine = float(np.mean([float(b) for _, b in pairs]))  # type: ignore[arg-type]
-            if mine < loss:
-                best, loss = rate, mine
-    return best
+        mine = loss(rate, additive)
+        if mine is not None and mine < best_loss:
+            best_rate, best_loss = rate, mine
+    return best_rate, additive
 
 
 def _block_loss(blocks: Sequence[float | None]) -> float:

@@ -119,7 +119,7 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
         assert walk.blocks > 1  # more than one validation window
         assert all(len(m.block_pinball) == walk.blocks for m in walk.models.values())
         assert result.kind == select_on_common_blocks(walk.models)
-        assert result.model.tracking_rate in SHORT_TRACKING_RATES and not result.model.additive
+        assert result.model.tracking_rate in SHORT_TRACKING_RATES
         # The protocol's call fits every candidate (for the regret), the served one identically.
         every = train_candidates(model_series(history), FAST, cfg)
         assert set(every.models) == set(FAST) and every.selected == result.kind
@@ -209,15 +209,15 @@ def test_short_history_beats_the_coverage_guard_on_a_regime_change():
     assert train_model(history, FAST, settings=cfg).kind == "persistence"
 
 
-def test_a_tracking_rate_is_not_chosen_on_one_block(monkeypatch):
+def test_a_calibration_is_not_chosen_on_one_block(monkeypatch):
     def boom(*args, **kwargs):
-        raise AssertionError("evaluated a rate on a single block")
+        raise AssertionError("chose a calibration on a single block")
 
     monkeypatch.setattr(selection, "evaluate_model", boom)
     one = ModelEvaluation("holt-winters", {}, 0.1, 100, block_pinball=(None, 1.0))
     history = make_daily(days=7, seed=3)
     cfg = replace(settings_for_history(history.span), refit_every=SHORT_REFIT, tracked_calibration=False)
-    assert selection._short_tracking_rate(history, "holt-winters", cfg, one, None) == 0.0
+    assert selection._short_calibration(history, "holt-winters", cfg, one, None) == (0.0, False)
 
 
 @pytest.mark.parametrize(
@@ -274,3 +274,27 @@ def test_train_model_returns_a_calibrated_serialisable_model(series):
 def test_settings_are_validated_eagerly(kwargs):
     with pytest.raises(ConfigError):
         EvaluationSettings(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("losses", "expected"),
+    [
+        ({}, (0.0, False)),  # nothing beats static log-scale shifts
+        ({(0.0, True): (0.9, 0.9)}, (0.0, True)),
+        ({(0.0, True): (0.9, 0.9), (0.15, True): (0.8, 0.85), (0.15, False): (0.1, 0.1)}, (0.15, True)),
+        ({(0.05, False): (0.5, 0.5), (0.3, False): (0.4, 0.7)}, (0.05, False)),
+        ({(0.05, False): (0.1, None)}, (0.0, False)),  # failed in a block the static one has
+    ],
+    ids=["static-log", "additive", "additive-then-rate", "lowest-mean-rate", "incomplete-rate"],
+)
+def test_short_calibration_is_chosen_on_the_daily_blocks(monkeypatch, losses, expected):
+    def fake(kind, series, settings, **kwargs):
+        rate = settings.tracking_rate if settings.tracked_calibration else 0.0
+        blocks = losses.get((rate, settings.additive_calibration), (1.1, 1.1))
+        return ModelEvaluation(kind, {}, 0.1, 100, block_pinball=(None, *blocks))
+
+    monkeypatch.setattr(selection, "evaluate_model", fake)
+    static = ModelEvaluation("arima", {}, 0.1, 100, block_pinball=(None, 1.0, 1.0))
+    history = make_daily(days=7, seed=3)
+    cfg = replace(settings_for_history(history.span), refit_every=SHORT_REFIT, tracked_calibration=False)
+    assert selection._short_calibration(history, "arima", cfg, static, None) == expected
