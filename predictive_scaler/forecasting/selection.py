@@ -150,15 +150,17 @@ SHORT_SELECTION_METHOD = (
 #: chosen on so little; the backtest's gap closed fell on three of the four 14-day traces. On
 #: such history :func:`train_candidates` chooses walk-forward instead — over the longer window
 #: after the first fit and calibration (3 of 7 days), refitted every day (:data:`SHORT_REFIT`),
-#: by pinball loss alone (:func:`~predictive_scaler.forecasting.evaluation.select_on_common_blocks`) — and serves one model.
+#: by pinball loss alone
+#: (:func:`~predictive_scaler.forecasting.evaluation.select_on_common_blocks`) — and serves
+#: one model, its calibration chosen on the same daily blocks (:func:`_short_calibration`).
 SHORT_CALIBRATION = timedelta(days=3)
 #: On short history the walk-forward choice refits every day (blocks of a day each, every one
 #: fitted before its own calibration window), so the choice rests on more than one window.
 SHORT_REFIT = timedelta(days=1)
 #: Coverage-tracking rates the short-history winner may serve with (0: static shifts).
 SHORT_TRACKING_RATES: tuple[float, ...] = TRACKING_RATES
-#: ... chosen only on at least this many daily blocks: a rate that wins on one day's forecasts
-#: is noise (the backtest's 6-day training of servegen_m_large chose 0.3 for ensemble on its one
+#: ... and the rate and additive shifts are chosen only on at least this many daily blocks: a
+#: calibration that wins on one day's forecasts is noise (the backtest's 6-day training of servegen_m_large chose 0.3 for ensemble on its one
 #: scored day and lost 0.25 of gap closed to static shifts).
 SHORT_TRACKING_BLOCKS = 2
 
