@@ -30,7 +30,7 @@ from scipy.stats import norm
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
 from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, to_log
-from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins
+from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins, memoized_fit
 from predictive_scaler.series import Series
 
 DAY = 86400.0
@@ -96,6 +96,9 @@ class ArimaForecaster:
     kind: ClassVar[str] = "arima"
 
     def fit(self, history: Series) -> ArimaModel:
+        return memoized_fit(self, history, self._fit)
+
+    def _fit(self, history: Series) -> ArimaModel:
         if history.span.total_seconds() < 2 * DAY:
             raise InsufficientHistoryError(
                 f"{history.name}: ARIMA needs at least 2 days of history to see the daily cycle, got "
