@@ -127,7 +127,7 @@ class ArimaForecaster:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                res = model.fit(disp=False, maxiter=100)
+                res = model.fit(disp=False, maxiter=100, cov_type="none")  # parameters only: no Hessian
         except (ValueError, np.linalg.LinAlgError) as exc:
             raise ModelError(f"{history.name}: ARIMA{self.order} fit failed ({exc}); try another order") from exc
         params = np.asarray(res.params, dtype=float).copy()
