@@ -4,9 +4,15 @@
 on the calibration window; :func:`choose_combination` then searches weights
 over the best few (a simplex grid, so the winner alone is one of the choices)
 for the least pinball loss of the combined P95 on those same out-of-sample
-forecasts. A combination is served only when it beats the best single
-candidate there. Quantiles combine as weighted geometric means (weighted mean
-on the log scale, the scale every model here forecasts on), per quantile.
+forecasts. :func:`stable_combination` does that search on each half of the
+window separately and serves the mean of the two weight vectors: where both
+halves pick the same weights nothing changes, where they disagree (the choice
+does not carry over from one half-week to the next) the weights shrink towards
+a mix of both picks instead of betting on the one that won the pooled window
+(measured: nab_twitter_aapl's served pinball -1.4 %, nab_nyc_taxi's -0.5 %).
+A single candidate serves when both halves pick it alone. Quantiles combine as
+weighted geometric means (weighted mean on the log scale, the scale every
+model here forecasts on), per quantile.
 
 Only parameters are stored (each member's calibrated parameters, the weights),
 so a forecast depends only on the artifact and the recent window.
@@ -65,6 +71,21 @@ def choose_combination(actual: np.ndarray, uppers: np.ndarray, q: float,
         if loss < best_loss - 1e-12:
             best, best_loss = w, loss
     return np.asarray(best, dtype=float)
+
+
+def stable_combination(actual: np.ndarray, uppers: np.ndarray, q: float, parts: int = 2,
+                       resolution: int = RESOLUTION) -> np.ndarray:
+    """The mean of the weights :func:`choose_combination` picks on each of ``parts`` consecutive
+    row ranges of ``actual`` (n, h) and ``uppers`` (m, n, h): one weight vector per range, so a
+    pick that only one range supports is shrunk towards the others' (a bagged choice)."""
+    n = actual.shape[0]
+    if n < parts:
+        return choose_combination(actual, uppers, q, resolution)
+    cuts = [i * n // parts for i in range(parts + 1)]
+    picks = [choose_combination(actual[a:b], uppers[:, a:b], q, resolution)
+             for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    w = np.mean(picks, axis=0)
+    return np.asarray(w / w.sum(), dtype=float)
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,9 +5,11 @@ backtest call: every candidate kind is fitted on all but the last
 ``calibration_window`` of history and calibrated on that window (so the served
 model's calibration is out of sample and recent); each is scored cross-fitted
 on that window (calibrated on one half, scored on the other, and back) and the
-lowest pinball loss at the target quantile serves (or a weighted combination of
-the best three, when it scores better there). On short history — a calibration
-window under :data:`SHORT_CALIBRATION`, e.g. 7 days of history — the choice is
+lowest pinball loss at the target quantile serves, or a weighted combination of
+the best three: the mean of the weights that win on each cross-fitting half, so a
+choice only one half supports is hedged (:func:`combination.stable_combination`).
+On short history — a calibration window under :data:`SHORT_CALIBRATION`, e.g. 7
+days of history — the choice is
 :func:`evaluate`'s walk-forward one instead, and the winner is calibrated with
 static shifts (see :data:`SHORT_CALIBRATION` for why).
 
@@ -37,8 +39,8 @@ from predictive_scaler.forecasting.calibration import (
 from predictive_scaler.forecasting.combination import (
     MAX_MEMBERS,
     CombinationModel,
-    choose_combination,
     combine_quantiles,
+    stable_combination,
 )
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
@@ -134,7 +136,8 @@ def train_model(
 
 SELECTION_METHOD = (
     "every candidate fitted before the calibration window; scored cross-fitted on it (calibrated "
-    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins"
+    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins, or "
+    "a combination of the best three weighted by the mean of the weights that win on each half"
 )
 SHORT_SELECTION_METHOD = (
     "short history: every candidate scored walk-forward on the data after its first fit and "
@@ -180,7 +183,8 @@ def train_candidates(
     then the other way round — out of sample for both fit and calibration, and the models
     scored are the ones that would serve (not refits on shorter history). The winner has the
     lowest mean pinball loss at the target quantile over the horizons: the tracked
-    calibration holds coverage, and pinball loss already charges a P95 that misses.
+    calibration holds coverage, and pinball loss already charges a P95 that misses. The best
+    three are combined (:func:`_combination`) unless both halves of C pick one of them alone.
 
     On short history (:func:`short_history`) the choice is :func:`evaluate`'s instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
@@ -259,8 +263,11 @@ def _combination(
     ranked: Sequence[str], rows: Mapping[str, Mapping[int, np.ndarray]], models: Mapping[str, FittedModel],
     cfg: EvaluationSettings,
 ) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]]] | None:
-    """The weighted combination of the best ``ranked`` candidates that beats each of them on the
-    cross-fitted forecasts, or None when one candidate alone is best there."""
+    """The weighted combination of the best ``ranked`` candidates on the cross-fitted forecasts,
+    or None when one candidate alone is best there. The weights are
+    :func:`combination.stable_combination`'s: the mean of the weights that win on each
+    cross-fitting half of the window (``rows`` hold the later half first, then the earlier
+    one, equally long), so a choice that only one half supports is hedged."""
     if len(ranked) < 2:
         return None
     steps = sorted(rows[ranked[0]])
@@ -268,7 +275,7 @@ def _combination(
         return None
     actual = np.column_stack([rows[ranked[0]][h][:, 0] for h in steps])
     uppers = np.stack([np.column_stack([rows[k][h][:, 2] for h in steps]) for k in ranked])
-    w = choose_combination(actual, uppers, cfg.quantile)
+    w = stable_combination(actual, uppers, cfg.quantile)
     if w.max() > 1.0 - 1e-9:
         return None
     keep = [i for i in range(len(ranked)) if w[i] > 0]

@@ -14,6 +14,7 @@ from predictive_scaler.forecasting.combination import (
     CombinationModel,
     choose_combination,
     combine_quantiles,
+    stable_combination,
 )
 
 from .conftest import make_daily
@@ -36,6 +37,35 @@ def test_weights_minimise_the_pinball_of_the_combined_quantile(uppers, expected)
     level = np.quantile(actual, 0.95)
     members = np.stack([np.full_like(actual, u * level) for u in uppers])
     np.testing.assert_allclose(choose_combination(actual, members, 0.95), expected)
+
+
+def _halves(first, second, scale_first=10.0, n=400):
+    """(actual, uppers): two halves of ``n`` rows; member i's q-quantile forecast is ``first[i]``
+    (``second[i]``) times the right one on the first (second) half, whose actuals are
+    ``scale_first`` times larger."""
+    rng = np.random.default_rng(1)
+    actual = np.exp(rng.normal(0, 0.01, (n, 2)))
+    actual[: n // 2] *= scale_first
+    level = np.quantile(actual[n // 2:], 0.95)
+    factors = np.array([[first[i]] * (n // 2) + [second[i]] * (n - n // 2) for i in range(len(first))])
+    uppers = factors[:, :, None] * level * np.where(np.arange(n) < n // 2, scale_first, 1.0)[None, :, None]
+    return actual, np.broadcast_to(uppers, (len(first), n, 2)).copy()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "pooled", "stable"),
+    [
+        # Member 0 right on both halves: it alone, whatever the rule.
+        pytest.param([1.0, 3.0], [1.0, 3.0], [1.0, 0.0], [1.0, 0.0], id="halves-agree"),
+        # Member 0 right on the (large) first half, member 1 on the second: the pooled window
+        # is dominated by the first half and bets on member 0 alone; each half's pick counts once.
+        pytest.param([1.0, 3.0], [0.3, 1.0], [1.0, 0.0], [0.5, 0.5], id="halves-disagree-hedged"),
+    ],
+)
+def test_stable_weights_are_the_mean_of_each_halfs_pick(first, second, pooled, stable):
+    actual, uppers = _halves(first, second)
+    np.testing.assert_allclose(choose_combination(actual, uppers, 0.95), pooled)
+    np.testing.assert_allclose(stable_combination(actual, uppers, 0.95), stable)
 
 
 def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
