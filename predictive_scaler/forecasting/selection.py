@@ -40,6 +40,7 @@ from predictive_scaler.forecasting.combination import (
     MAX_MEMBERS,
     CombinationModel,
     combine_quantiles,
+    recalibration,
     stable_combination,
 )
 from predictive_scaler.forecasting.evaluation import (
@@ -55,6 +56,7 @@ from predictive_scaler.forecasting.evaluation import (
     planned_fits,
     select,
 )
+from predictive_scaler.forecasting.logscale import choose_log_offset
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
@@ -267,7 +269,9 @@ def _combination(
     or None when one candidate alone is best there. The weights are
     :func:`combination.stable_combination`'s: the mean of the weights that win on each
     cross-fitting half of the window (``rows`` hold the later half first, then the earlier
-    one, equally long), so a choice that only one half supports is hedged."""
+    one, equally long), so a choice that only one half supports is hedged. The combination's
+    own shift of its P95 (:func:`combination.recalibration`) is chosen two-fold there too, and
+    its scores are the two-fold ones."""
     if len(ranked) < 2:
         return None
     steps = sorted(rows[ranked[0]])
@@ -281,16 +285,20 @@ def _combination(
     keep = [i for i in range(len(ranked)) if w[i] > 0]
     members = tuple(ranked[i] for i in keep)
     weights = tuple(float(w[i]) for i in keep)
-    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights)
+    each = np.stack([np.stack([rows[k][h] for h in steps], axis=2) for k in members])  # (m, n, 3, H)
+    combined = combine_quantiles(each[:, :, 1:, :], np.asarray(weights))  # (n, 2, H)
+    offset = float(getattr(models[members[0]], "log_offset", 0.0)) or choose_log_offset(actual[:, -1])
+    # Its own shift, chosen two-fold; ``upper`` holds the two-fold shifted P95s that chose it.
+    shift, upper = recalibration(actual, combined[:, 1, :], cfg.quantile, offset, steps)
+    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift)
     out: dict[str, dict[str, float | None]] = {}
     labels = {format_duration(h): horizon_steps(h, models[members[0]].step_seconds) for h in cfg.horizons}
     for label, h in labels.items():
-        if h is None or h not in rows[members[0]]:
+        if h is None or h not in steps:
             out[label] = dict.fromkeys(METRIC_NAMES)
             continue
-        each = np.stack([rows[k][h] for k in members])  # (m, n, 3)
-        combined = combine_quantiles(each[:, :, 1:], np.asarray(weights))
-        out[label] = all_metrics(each[0, :, 0], combined[:, 0], combined[:, 1], cfg.quantile, None)
+        j = steps.index(h)
+        out[label] = all_metrics(actual[:, j], combined[:, 0, j], upper[:, j], cfg.quantile, None)
     return members, weights, model, out
 
 
