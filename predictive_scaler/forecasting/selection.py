@@ -5,10 +5,12 @@ backtest call: every candidate kind is fitted on all but the last
 ``calibration_window`` of history and calibrated on that window (so the served
 model's calibration is out of sample and recent); each is scored cross-fitted
 on that window (calibrated on one half, scored on the other, and back) and the
-lowest pinball loss at the target quantile serves (or a weighted combination of
-the best three, when it scores better there). On short history — a calibration
-window under :data:`SHORT_CALIBRATION`, e.g. 7 days of history — the choice is
-a walk-forward one over daily refits instead (see :data:`SHORT_CALIBRATION` for why).
+lowest pinball loss at the target quantile serves, or a weighted combination of
+the best three: the mean of the weights that win on each cross-fitting half, so a
+choice only one half supports is hedged (:func:`combination.stable_combination`).
+On short history — a calibration window under :data:`SHORT_CALIBRATION`, e.g. 7
+days of history — the choice is a walk-forward one over daily refits instead
+(see :data:`SHORT_CALIBRATION` for why).
 
 :func:`promote` is the rule the retraining job and the backtest use before a
 new model replaces the serving one: it must not be worse on a window neither
@@ -37,8 +39,9 @@ from predictive_scaler.forecasting.calibration import (
 from predictive_scaler.forecasting.combination import (
     MAX_MEMBERS,
     CombinationModel,
-    choose_combination,
     combine_quantiles,
+    recalibration,
+    stable_combination,
 )
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
@@ -55,6 +58,7 @@ from predictive_scaler.forecasting.evaluation import (
     select,
     select_on_common_blocks,
 )
+from predictive_scaler.forecasting.logscale import choose_log_offset
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
@@ -136,7 +140,8 @@ def train_model(
 
 SELECTION_METHOD = (
     "every candidate fitted before the calibration window; scored cross-fitted on it (calibrated "
-    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins"
+    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins, or "
+    "a combination of the best three weighted by the mean of the weights that win on each half"
 )
 SHORT_SELECTION_METHOD = (
     "short history: every candidate scored walk-forward, refitted daily, on the data after its first "
@@ -193,7 +198,8 @@ def train_candidates(
     then the other way round — out of sample for both fit and calibration, and the models
     scored are the ones that would serve (not refits on shorter history). The winner has the
     lowest mean pinball loss at the target quantile over the horizons: the tracked
-    calibration holds coverage, and pinball loss already charges a P95 that misses.
+    calibration holds coverage, and pinball loss already charges a P95 that misses. The best
+    three are combined (:func:`_combination`) unless both halves of C pick one of them alone.
 
     On short history (:func:`short_history`) the choice is walk-forward instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
@@ -320,8 +326,13 @@ def _combination(
     ranked: Sequence[str], rows: Mapping[str, Mapping[int, np.ndarray]], models: Mapping[str, FittedModel],
     cfg: EvaluationSettings,
 ) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]]] | None:
-    """The weighted combination of the best ``ranked`` candidates that beats each of them on the
-    cross-fitted forecasts, or None when one candidate alone is best there."""
+    """The weighted combination of the best ``ranked`` candidates on the cross-fitted forecasts,
+    or None when one candidate alone is best there. The weights are
+    :func:`combination.stable_combination`'s: the mean of the weights that win on each
+    cross-fitting half of the window (``rows`` hold the later half first, then the earlier
+    one, equally long), so a choice that only one half supports is hedged. The combination's
+    own shift of its P95 (:func:`combination.recalibration`) is chosen two-fold there too, and
+    its scores are the two-fold ones."""
     if len(ranked) < 2:
         return None
     steps = sorted(rows[ranked[0]])
@@ -329,22 +340,26 @@ def _combination(
         return None
     actual = np.column_stack([rows[ranked[0]][h][:, 0] for h in steps])
     uppers = np.stack([np.column_stack([rows[k][h][:, 2] for h in steps]) for k in ranked])
-    w = choose_combination(actual, uppers, cfg.quantile)
+    w = stable_combination(actual, uppers, cfg.quantile)
     if w.max() > 1.0 - 1e-9:
         return None
     keep = [i for i in range(len(ranked)) if w[i] > 0]
     members = tuple(ranked[i] for i in keep)
     weights = tuple(float(w[i]) for i in keep)
-    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights)
+    each = np.stack([np.stack([rows[k][h] for h in steps], axis=2) for k in members])  # (m, n, 3, H)
+    combined = combine_quantiles(each[:, :, 1:, :], np.asarray(weights))  # (n, 2, H)
+    offset = float(getattr(models[members[0]], "log_offset", 0.0)) or choose_log_offset(actual[:, -1])
+    # Its own shift, chosen two-fold; ``upper`` holds the two-fold shifted P95s that chose it.
+    shift, upper = recalibration(actual, combined[:, 1, :], cfg.quantile, offset, steps)
+    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift)
     out: dict[str, dict[str, float | None]] = {}
     labels = {format_duration(h): horizon_steps(h, models[members[0]].step_seconds) for h in cfg.horizons}
     for label, h in labels.items():
-        if h is None or h not in rows[members[0]]:
+        if h is None or h not in steps:
             out[label] = dict.fromkeys(METRIC_NAMES)
             continue
-        each = np.stack([rows[k][h] for k in members])  # (m, n, 3)
-        combined = combine_quantiles(each[:, :, 1:], np.asarray(weights))
-        out[label] = all_metrics(each[0, :, 0], combined[:, 0], combined[:, 1], cfg.quantile, None)
+        j = steps.index(h)
+        out[label] = all_metrics(actual[:, j], combined[:, 0, j], upper[:, j], cfg.quantile, None)
     return members, weights, model, out
 
 

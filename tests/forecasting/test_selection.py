@@ -27,6 +27,7 @@ from predictive_scaler.forecasting.selection import (
     SHORT_REFIT,
     SHORT_SELECTION_METHOD,
     SHORT_TRACKING_RATES,
+    _combination,
     promote,
     settings_for_history,
     train_candidates,
@@ -254,10 +255,49 @@ def test_train_model_returns_a_calibrated_serialisable_model(series):
     assert np.all(np.isfinite(fc.values)) and np.all(fc.values[1] >= fc.values[0])
     np.testing.assert_allclose(fc.values, model.forecast(recent, 6, (0.5, 0.95)).values)
     assert result.fit_seconds >= 0
-    # Every candidate's cross-fitted scores travel with the model, the winner's the lowest.
+    # Every candidate's cross-fitted scores travel with the model; a single winner's are the
+    # lowest of the singles, a combination's members are the best ones.
     pins = {k: np.mean([h["pinball"] for h in m["horizons"].values()])
-            for k, m in result.metrics["models"].items()}
-    assert pins[result.kind] == min(pins.values())
+            for k, m in result.metrics["models"].items() if k != "combination"}
+    ranked = sorted(pins, key=lambda k: pins[k])
+    if result.kind == "combination":
+        assert set(result.model.member_kinds) <= set(ranked[:3])
+    else:
+        assert result.kind == ranked[0]
+
+
+def _crossfit_rows(first: float, second: float, n: int = 400) -> dict[int, np.ndarray]:
+    """Cross-fitted rows (actual, P50, P95) per horizon step as :func:`crossfit_scores` pools them
+    (the later half first): the P95 is ``first`` (``second``) times the right one on the first
+    (second) half, whose actuals are ten times the second's."""
+    rng = np.random.default_rng(2)
+    actual = np.exp(rng.normal(0, 0.01, n)) * np.where(np.arange(n) < n // 2, 10.0, 1.0)
+    right = np.quantile(actual[n // 2:], 0.95) * np.where(np.arange(n) < n // 2, 10.0, 1.0)
+    upper = right * np.where(np.arange(n) < n // 2, first, second)
+    return {h: np.column_stack([actual, upper / 1.1, upper]) for h in (2, 4, 6)}
+
+
+@pytest.mark.parametrize(
+    ("factors", "expected"),
+    [
+        # The same candidate is right on both halves: it serves alone.
+        pytest.param({"persistence": (1.0, 1.0), "seasonal-naive": (3.0, 3.0)}, None, id="halves-agree"),
+        # Persistence is right on one half (whose loss dominates the pooled window), seasonal-naive
+        # on the other: the pooled choice would be persistence alone; each half's pick counts once.
+        pytest.param({"persistence": (1.0, 0.3), "seasonal-naive": (3.0, 1.0)},
+                     (("persistence", "seasonal-naive"), (0.5, 0.5)), id="halves-disagree-hedged"),
+    ],
+)
+def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors, expected):
+    models = {k: registry.forecaster(k).fit(series.slice(0, 7 * 288)) for k in factors}
+    rows = {k: _crossfit_rows(*f) for k, f in factors.items()}
+    got = _combination(tuple(factors), rows, models, EvaluationSettings())
+    if expected is None:
+        assert got is None
+    else:
+        members, weights, model, scores = got
+        assert (members, weights) == expected and model.weights == weights
+        assert set(scores) == {"10m", "20m", "30m"} and scores["30m"]["pinball"] is not None
 
 
 @pytest.mark.parametrize(
