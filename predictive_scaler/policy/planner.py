@@ -250,7 +250,7 @@ def plan(
         if draft.strategy == "reactive" and spec.prewarm.fill_nodes:
             draft.desired = _fill(draft, draft.desired)
         if draft.strategy == "predictive":
-            _predictive(draft, seen, drift_state, max(v for _, v in recent))
+            _predictive(draft, seen, drift_state, recent)
     return _decide(draft, seen, cf, state, drift_state, missing_since, recent)
 
 
@@ -311,15 +311,18 @@ def _nodes(spec: ScalerSpec, replicas: int) -> int:
     return -(-replicas // per_node)
 
 
-def _anchor(view: ForecastView, value: float, at: float) -> tuple[float, float] | None:
-    """(P50, demand) when the demand observed now lies below the forecast's P50 for the step it is of."""
-    if view.p50 is None or len(view.p50) != len(view.pq):
+def _anchor(view: ForecastView, value: float, at: float, recent: tuple[tuple[float, float], ...],
+            since: float) -> tuple[float, float] | None:
+    """(P50, demand) when the demand observed now lies below the forecast's P50 for the step it is of,
+    and every demand observed since ``since`` (the release window, which ``recent`` must span) did too."""
+    if view.p50 is None or len(view.p50) != len(view.pq) or not recent or recent[0][0] > since:
         return None
     h = max(0, view.index_at(at))
     if h >= len(view.p50):
         return None
     median = float(view.p50[h])
-    return (median, value) if math.isfinite(median) and value < median else None
+    below = math.isfinite(median) and max(v for _, v in recent) < median
+    return (median, value) if below else None
 
 
 def _missing_data(draft: _Draft, seen: _Observed, missing_since: float) -> None:
@@ -366,10 +369,10 @@ def _choose_strategy(draft: _Draft, seen: _Observed, cf: _Counterfactual, drift:
     draft.desired = cf.replicas
 
 
-def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent_peak: float) -> None:
+def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple[tuple[float, float], ...]) -> None:
     """Steps 4–6 of the predictive strategy: the forecast's want within the budget, fill, placeholders.
 
-    ``recent_peak`` is the highest demand observed within the release window (now included).
+    ``recent`` is the demand observed within the release window (now included).
     """
     spec, t, cf, hi = draft.spec, seen.t, draft.cf, draft.spec.max_replicas
     view, value = seen.view, seen.value
@@ -390,9 +393,12 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent_peak: 
     peak = spec.demand.intra_step_peak_factor
     cap = spec.capacity_per_replica
     size_pod, size_node = q_pod * peak, q_node * peak
-    anchor = _anchor(view, value, seen.observed_at if seen.observed_at is not None else t)
+    window = spec.reactive.scale_down_stabilization_seconds
+    recent_peak = max(v for _, v in recent)
+    anchor = _anchor(view, value, seen.observed_at if seen.observed_at is not None else t, recent,
+                     t - window + spec.control_period_seconds)
     if anchor is not None:
-        # The model runs above the level observed now (it lags a fall): its forecast is lowered by
+        # The model has run above the level observed for a whole release window (it lags a fall): its forecast is lowered by
         # that gap, so it buys no node for demand the present level does not support. (Never below
         # the floor below; an observation above the P50 raises nothing here — the floor does.)
         gap = (anchor[0] - anchor[1]) * peak
@@ -425,11 +431,10 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent_peak: 
         # Node-boundary hysteresis: demand observed within the release window that needed exactly one
         # node more than the release keeps that node (a node released for a fraction of a replica comes
         # back only after a cold start). A fall by more than a node is a level change: not held.
-        recent = min(seen.current, clamp(replicas_for(recent_peak * peak, cap), spec.min_replicas, hi))
-        if recent > held and _nodes(spec, recent) == _nodes(spec, want) + 1:
-            window = spec.reactive.scale_down_stabilization_seconds
-            draft.reasons.append(why.ReleaseHeldRecent(recent, want, recent_peak, window, spec.demand_unit))
-            held = recent
+        recent_need = min(seen.current, clamp(replicas_for(recent_peak * peak, cap), spec.min_replicas, hi))
+        if recent_need > held and _nodes(spec, recent_need) == _nodes(spec, want) + 1:
+            draft.reasons.append(why.ReleaseHeldRecent(recent_need, want, recent_peak, window, spec.demand_unit))
+            held = recent_need
         want = held
     draft.desired = _within_budget(draft, want)
     if want < cf and ahead:

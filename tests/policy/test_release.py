@@ -123,22 +123,26 @@ def test_a_retried_decision_records_its_demand_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("demand", "p50", "p95", "expected", "anchored"),
+    ("demand", "p50", "p95", "minutes", "expected", "anchored"),
     [
-        (17.0, 20.0, 22.0, 19, True),    # the model runs 3 above the level now: P95 22 - 3 = 19
-        (20.0, 20.0, 22.0, 22, False),   # demand at the P50: the forecast as it is
-        (21.0, 20.0, 22.0, 22, False),   # demand above the P50 raises nothing beyond the forecast
-        (17.0, 30.0, 32.0, 19, True),    # far above: lowered to the level now, its spread kept (2 above it)
+        (17.0, 20.0, 22.0, 6, 19, True),    # 5 min under a P50 3 above the level now: P95 22 - 3 = 19
+        (17.0, 20.0, 22.0, 1, 22, False),   # one observation is no evidence the model lags: as it is
+        (20.0, 20.0, 22.0, 6, 22, False),   # demand at the P50: the forecast as it is
+        (21.0, 20.0, 22.0, 6, 22, False),   # demand above the P50 raises nothing beyond the forecast
+        (17.0, 30.0, 32.0, 6, 19, True),    # far above: lowered to the level now, its spread kept (2 above it)
     ],
-    ids=["forecast-above-level-lowered", "demand-at-p50", "demand-above-p50", "far-above-keeps-its-spread"],
+    ids=["forecast-above-level-lowered", "one-observation-is-no-evidence", "demand-at-p50", "demand-above-p50",
+         "far-above-keeps-its-spread"],
 )
-def test_forecast_above_the_level_now_is_lowered(demand: float, p50: float, p95: float, expected: int,
-                                                anchored: bool) -> None:
+def test_forecast_above_the_level_now_is_lowered(demand: float, p50: float, p95: float, minutes: int,
+                                                expected: int, anchored: bool) -> None:
+    """The demand has stayed below the forecast's P50 for ``minutes`` (the release window is 300 s): first
+    under a forecast at its level, then the forecast runs above it."""
     spec = _spec(max_gpus=8)
-    start = math.ceil(demand)
-    d, _ = plan(spec, _forecast(START, p50, p95), DemandSample(demand, START),
-                ClusterState(desired_replicas=start, ready_replicas=start), PlannerState(), START)
+    level = [(demand, demand + 0.2, demand + 0.5)] * (minutes - 1)
+    decisions, _ = _walk(spec, [*level, (demand, p50, p95)], math.ceil(demand))
+    d = decisions[-1]
     assert d.strategy == "predictive"
     assert d.desired_replicas == expected
     assert (Kind.FORECAST_ANCHORED in {r.kind for r in d.reasons}) is anchored
-    assert d.speculative_gpus <= 8
+    assert all(x.speculative_gpus <= 8 for x in decisions)
