@@ -431,7 +431,7 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
         # Node-boundary hysteresis: demand observed within the release window that needed exactly one
         # node more than the release keeps that node (a node released for a fraction of a replica comes
         # back only after a cold start). A fall by more than a node is a level change: not held.
-        recent_need = min(seen.current, clamp(replicas_for(recent_peak * peak, cap), spec.min_replicas, hi))
+        recent_need = min(seen.current, clamp(replicas_for(recent_peak, cap), spec.min_replicas, hi))
         if recent_need > held and _nodes(spec, recent_need) == _nodes(spec, want) + 1:
             draft.reasons.append(why.ReleaseHeldRecent(recent_need, want, recent_peak, window, spec.demand_unit))
             held = recent_need
