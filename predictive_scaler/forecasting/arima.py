@@ -30,7 +30,7 @@ from scipy.stats import norm
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
 from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, to_log
-from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins
+from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins, memoized_fit
 from predictive_scaler.series import Series
 
 DAY = 86400.0
@@ -96,6 +96,9 @@ class ArimaForecaster:
     kind: ClassVar[str] = "arima"
 
     def fit(self, history: Series) -> ArimaModel:
+        return memoized_fit(self, history, self._fit)
+
+    def _fit(self, history: Series) -> ArimaModel:
         if history.span.total_seconds() < 2 * DAY:
             raise InsufficientHistoryError(
                 f"{history.name}: ARIMA needs at least 2 days of history to see the daily cycle, got "
@@ -124,7 +127,7 @@ class ArimaForecaster:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                res = model.fit(disp=False, maxiter=100)
+                res = model.fit(disp=False, maxiter=100, cov_type="none")  # parameters only: no Hessian
         except (ValueError, np.linalg.LinAlgError) as exc:
             raise ModelError(f"{history.name}: ARIMA{self.order} fit failed ({exc}); try another order") from exc
         params = np.asarray(res.params, dtype=float).copy()

@@ -28,6 +28,7 @@ from predictive_scaler.forecasting.walkforward import (
     WalkForwardModel,
     check_origins,
     max_horizon_steps,
+    memoized_fit,
 )
 from predictive_scaler.series import Series
 
@@ -249,6 +250,14 @@ class HoltWintersModel(_SpreadModel):
     Parameters come from statsmodels' ETS fit; the recursion (error-correction
     form) is run here so that a forecast re-derives the state from the recent
     window, starting from the stored seasonal profile.
+
+    The window a forecast at step ``t`` reads starts at an *anchor*: the first
+    step at or after ``t + 1 - window`` on an absolute grid of
+    :data:`HW_ANCHOR_SECONDS` (between ``window - anchor + 1`` and ``window``
+    steps). It depends only on absolute time, never on how much history the
+    caller handed over, so serving (one origin, the recent window) and
+    evaluation (many origins, all history) are the same numbers, and the
+    origins sharing an anchor share one pass of the recursion.
     """
 
     alpha: float = 0.3
@@ -264,13 +273,18 @@ class HoltWintersModel(_SpreadModel):
         return self.window
 
     def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
-        last = int(idx.max()) + 1 if idx.size else 0
-        level, trend, season_after = _hw_filter(
-            logy[:last], _phase(series, len(self.profile))[:last], self.profile,
-            self.alpha, self.beta, self.gamma, self.phi,
-        )
-        return _hw_point(level, trend, season_after, idx, horizon, _phase(series, len(self.profile)),
-                         self.profile, self.phi, len(series))
+        phase = _phase(series, len(self.profile))
+        starts = _anchored_starts(series, idx, self.window)
+        out = np.empty((idx.size, horizon))
+        for start in np.unique(starts):  # one pass of the recursion per anchor
+            rows = np.flatnonzero(starts == start)
+            last = int(idx[rows].max()) + 1
+            level, trend, season_after = _hw_filter(
+                logy[start:last], phase[start:last], self.profile, self.alpha, self.beta, self.gamma, self.phi,
+            )
+            out[rows] = _hw_point(level, trend, season_after, idx[rows] - start, horizon, phase[start:],
+                                  self.profile, self.phi, last - start)
+        return out
 
     def to_params(self) -> dict[str, Any]:
         return {
@@ -292,6 +306,20 @@ class HoltWintersModel(_SpreadModel):
             raise ModelError("holt-winters parameters contain non-finite numbers; retrain the model")
         alpha, beta, gamma, phi = smoothing
         return cls(**common, alpha=alpha, beta=beta, gamma=gamma, phi=phi, profile=profile, window=window)
+
+
+#: Holt-Winters forecasts re-derive their state from a window starting on this absolute grid.
+HW_ANCHOR_SECONDS = 6 * 3600
+
+
+def _anchored_starts(series: Series, idx: np.ndarray, window: int) -> np.ndarray:
+    """Per origin, the index in ``series`` where its recursion starts: the first step at or after
+    ``origin + 1 - window`` on the absolute anchor grid (clipped to the series start)."""
+    every = max(1, HW_ANCHOR_SECONDS // series.step_seconds)
+    first = int(series.start.timestamp()) // series.step_seconds  # absolute index of series[0]
+    earliest = first + idx + 1 - window
+    anchor = -(-earliest // every) * every  # ceil to the grid
+    return np.clip(anchor - first, 0, idx)  # never after the origin itself
 
 
 def _hw_filter(
@@ -351,6 +379,9 @@ class HoltWintersForecaster:
     kind: ClassVar[str] = "holt-winters"
 
     def fit(self, history: Series) -> HoltWintersModel:
+        return memoized_fit(self, history, self._fit)
+
+    def _fit(self, history: Series) -> HoltWintersModel:
         from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
         season = max(2, int(self.season // history.step_seconds))

@@ -6,7 +6,10 @@ Holt-Winters know the daily and weekly shape. :class:`EnsembleForecaster`
 learns one non-negative weight vector per horizon step (summing to one) on
 data its members were *not* fitted on: it fits the members on all but the
 last ``validation`` of history, forecasts that tail walk-forward, picks the
-weights there, then refits the members on the whole history. The spread is the
+weights there, then refits the members on the whole history (in a training run,
+those refits of the arima and holt-winters candidates on the candidates' own window
+are the candidates' fits: :func:`~predictive_scaler.forecasting.walkforward.memoized_fit`,
+so they are not paid twice). The spread is the
 empirical quantiles of those out-of-sample residuals per horizon step, and the
 conformal calibration (:mod:`calibration`) adjusts it again on later data, as
 for every other kind.

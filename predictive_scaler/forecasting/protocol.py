@@ -295,6 +295,8 @@ def run_protocol(
         if trained.combination is not None and all(k in forecasts for k in trained.combination[0]):
             members, weights = trained.combination
             fc = combine_quantiles(np.stack([forecasts[k] for k in members]), np.asarray(weights))
+            shift = getattr(trained.models[COMBINATION], "shift", None)
+            fc = fc if shift is None else shift.apply(fc, qs)  # its own calibration, as served
             choices.append("+".join(f"{k}×{w:.1f}" for k, w in zip(members, weights, strict=True)))
             served.add(actual, fc[:, 0, :], fc[:, k_q, :])
             served.fits.append(trained.fit_seconds[COMBINATION])

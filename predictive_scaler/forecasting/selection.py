@@ -5,11 +5,12 @@ backtest call: every candidate kind is fitted on all but the last
 ``calibration_window`` of history and calibrated on that window (so the served
 model's calibration is out of sample and recent); each is scored cross-fitted
 on that window (calibrated on one half, scored on the other, and back) and the
-lowest pinball loss at the target quantile serves (or a weighted combination of
-the best three, when it scores better there). On short history — a calibration
-window under :data:`SHORT_CALIBRATION`, e.g. 7 days of history — the choice is
-:func:`evaluate`'s walk-forward one instead, and the winner is calibrated with
-static shifts (see :data:`SHORT_CALIBRATION` for why).
+lowest pinball loss at the target quantile serves, or a weighted combination of
+the best three: the mean of the weights that win on each cross-fitting half, so a
+choice only one half supports is hedged (:func:`combination.stable_combination`).
+On short history — a calibration window under :data:`SHORT_CALIBRATION`, e.g. 7
+days of history — the choice is a walk-forward one over daily refits instead
+(see :data:`SHORT_CALIBRATION` for why).
 
 :func:`promote` is the rule the retraining job and the backtest use before a
 new model replaces the serving one: it must not be worse on a window neither
@@ -31,14 +32,16 @@ from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.calibration import (
     CALIBRATED_QUANTILES,
+    TRACKING_RATES,
     CalibratedModel,
     calibrate,
 )
 from predictive_scaler.forecasting.combination import (
     MAX_MEMBERS,
     CombinationModel,
-    choose_combination,
     combine_quantiles,
+    recalibration,
+    stable_combination,
 )
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
@@ -48,11 +51,14 @@ from predictive_scaler.forecasting.evaluation import (
     ModelEvaluation,
     Progress,
     evaluate,
+    evaluate_model,
     horizon_steps,
     model_series,
     planned_fits,
     select,
+    select_on_common_blocks,
 )
+from predictive_scaler.forecasting.logscale import choose_log_offset
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
@@ -134,22 +140,34 @@ def train_model(
 
 SELECTION_METHOD = (
     "every candidate fitted before the calibration window; scored cross-fitted on it (calibrated "
-    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins"
+    "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins, or "
+    "a combination of the best three weighted by the mean of the weights that win on each half"
 )
 SHORT_SELECTION_METHOD = (
-    "short history: every candidate scored walk-forward on the data after its first fit and "
-    "calibration windows; the winner (lowest mean pinball loss with coverage near the quantile) "
-    "fitted before the calibration window and calibrated on it with static log-scale shifts"
+    "short history: every candidate scored walk-forward, refitted daily, on the data after its first "
+    "fit and calibration windows; the winner (lowest mean pinball loss at the quantile over the days "
+    "every candidate was scored on) fitted before the calibration window and calibrated on it"
 )
 #: A calibration window shorter than this (the backtest's and the protocol's 7-day trainings
 #: have 2 days) is too short to choose on: its cross-fitting halves are single days. On the
 #: 7-day trainings, choosing there served combinations with seasonal-naive (5× persistence's
 #: pinball on the following week of nab_rds_cpu_e47b3b) and tracked shifts whose step cannot be
 #: chosen on so little; the backtest's gap closed fell on three of the four 14-day traces. On
-#: such history :func:`train_candidates` chooses as :func:`evaluate` does instead — walk-forward
-#: over the longer window after the first fit and calibration (3 of 7 days) — and serves one
-#: model with static log-scale conformal shifts.
+#: such history :func:`train_candidates` chooses walk-forward instead — over the longer window
+#: after the first fit and calibration (3 of 7 days), refitted every day (:data:`SHORT_REFIT`),
+#: by pinball loss alone
+#: (:func:`~predictive_scaler.forecasting.evaluation.select_on_common_blocks`) — and serves
+#: one model, its calibration chosen on the same daily blocks (:func:`_short_calibration`).
 SHORT_CALIBRATION = timedelta(days=3)
+#: On short history the walk-forward choice refits every day (blocks of a day each, every one
+#: fitted before its own calibration window), so the choice rests on more than one window.
+SHORT_REFIT = timedelta(days=1)
+#: Coverage-tracking rates the short-history winner may serve with (0: static shifts).
+SHORT_TRACKING_RATES: tuple[float, ...] = TRACKING_RATES
+#: ... and the rate and additive shifts are chosen only on at least this many daily blocks: a
+#: calibration that wins on one day's forecasts is noise (the backtest's 6-day training of servegen_m_large chose 0.3 for ensemble on its one
+#: scored day and lost 0.25 of gap closed to static shifts).
+SHORT_TRACKING_BLOCKS = 2
 
 
 def short_history(cfg: EvaluationSettings) -> bool:
@@ -180,9 +198,10 @@ def train_candidates(
     then the other way round — out of sample for both fit and calibration, and the models
     scored are the ones that would serve (not refits on shorter history). The winner has the
     lowest mean pinball loss at the target quantile over the horizons: the tracked
-    calibration holds coverage, and pinball loss already charges a P95 that misses.
+    calibration holds coverage, and pinball loss already charges a P95 that misses. The best
+    three are combined (:func:`_combination`) unless both halves of C pick one of them alone.
 
-    On short history (:func:`short_history`) the choice is :func:`evaluate`'s instead (see
+    On short history (:func:`short_history`) the choice is walk-forward instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
     """
     if short_history(cfg):
@@ -234,33 +253,86 @@ def _train_short(
     grid: Series, kinds: Sequence[str], cfg: EvaluationSettings, horizon: timedelta, *,
     progress: Progress | None, options: Mapping[str, Mapping[str, Any]] | None, every: bool,
 ) -> TrainedCandidates:
-    """:func:`train_candidates` on short history: walk-forward selection, static shifts."""
-    static = replace(cfg, tracked_calibration=False)
-    report = evaluate(grid, kinds, static, step_seconds=grid.step_seconds, progress=progress, options=options)
+    """:func:`train_candidates` on short history: the walk-forward choice over daily blocks
+    (:data:`SHORT_REFIT`), by pinball loss on the blocks every candidate was scored in; the
+    winner calibrated as scores best on the same blocks (:func:`_short_calibration`)."""
+    walk = replace(cfg, tracked_calibration=False, refit_every=SHORT_REFIT)
+    report = evaluate(grid, kinds, walk, step_seconds=grid.step_seconds, progress=progress, options=options)
+    selected = select_on_common_blocks(report.models)
+    rate, additive = (0.0, False) if selected is None else _short_calibration(
+        grid, selected, walk, report.models[selected], options)
     models: dict[str, FittedModel] = {}
     fits: dict[str, float] = {}
     scores = dict(report.models)
     for kind in kinds:
         # A kind whose walk-forward fits failed (e.g. too little history for its season) cannot
         # be chosen, but is still fitted when ``every`` (the protocol scores every candidate).
-        if not (every or kind == report.selected):
+        if not (every or kind == selected):
             continue
         try:
-            models[kind], fits[kind] = fit_calibrated(kind, grid, cfg, horizon, options=options, static=True)
+            models[kind], fits[kind] = fit_calibrated(kind, grid, cfg, horizon, options=options,
+                                                      tracking_rate=rate, additive=additive)
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
-            if kind == report.selected:
+            if kind == selected:
                 raise
             if not scores[kind].error:
                 scores[kind] = ModelEvaluation(kind, scores[kind].horizons, None, error=f"{kind}: {exc}")
-    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=report.selected)
+    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
+
+
+def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static: ModelEvaluation,
+                       options: Mapping[str, Mapping[str, Any]] | None) -> tuple[float, bool]:
+    """The short-history winner's calibration: coverage-tracking rate and additive (demand-unit)
+    or log-scale shifts. Each choice must lower the pinball loss on the same daily walk-forward
+    blocks (each calibrated on its own window, then scored, tracked, over the day it forecasts)
+    the winner was chosen on — shifts first, with static calibration, then the rate among
+    :data:`SHORT_TRACKING_RATES` — and neither is chosen on fewer than
+    :data:`SHORT_TRACKING_BLOCKS` blocks: static log-scale shifts then."""
+    if sum(v is not None for v in static.block_pinball) < SHORT_TRACKING_BLOCKS:
+        return 0.0, False
+
+    def loss(rate: float, additive: bool) -> float | None:
+        got = evaluate_model(kind, grid, replace(walk, tracked_calibration=rate > 0, tracking_rate=rate,
+                                                 additive_calibration=additive),
+                             forecaster_options=(options or {}).get(kind))
+        if got.error or len(got.block_pinball) != len(static.block_pinball):
+            return None
+        # Compared on the blocks the static log-scale calibration was scored in.
+        pairs = [(a, b) for a, b in zip(static.block_pinball, got.block_pinball, strict=True) if a is not None]
+        if not pairs or any(b is None for _, b in pairs):
+            return None
+        return float(np.mean([float(b) for _, b in pairs]))  # type: ignore[arg-type]
+
+    best_rate, best_loss = 0.0, _block_loss(static.block_pinball)
+    other = loss(0.0, True)
+    additive = other is not None and other < best_loss
+    if additive and other is not None:
+        best_loss = other
+    for rate in SHORT_TRACKING_RATES:
+        if rate <= 0:
+            continue
+        mine = loss(rate, additive)
+        if mine is not None and mine < best_loss:
+            best_rate, best_loss = rate, mine
+    return best_rate, additive
+
+
+def _block_loss(blocks: Sequence[float | None]) -> float:
+    scored = [float(v) for v in blocks if v is not None]
+    return float(np.mean(scored)) if scored else float("inf")
 
 
 def _combination(
     ranked: Sequence[str], rows: Mapping[str, Mapping[int, np.ndarray]], models: Mapping[str, FittedModel],
     cfg: EvaluationSettings,
 ) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]]] | None:
-    """The weighted combination of the best ``ranked`` candidates that beats each of them on the
-    cross-fitted forecasts, or None when one candidate alone is best there."""
+    """The weighted combination of the best ``ranked`` candidates on the cross-fitted forecasts,
+    or None when one candidate alone is best there. The weights are
+    :func:`combination.stable_combination`'s: the mean of the weights that win on each
+    cross-fitting half of the window (``rows`` hold the later half first, then the earlier
+    one, equally long), so a choice that only one half supports is hedged. The combination's
+    own shift of its P95 (:func:`combination.recalibration`) is chosen two-fold there too, and
+    its scores are the two-fold ones."""
     if len(ranked) < 2:
         return None
     steps = sorted(rows[ranked[0]])
@@ -268,22 +340,26 @@ def _combination(
         return None
     actual = np.column_stack([rows[ranked[0]][h][:, 0] for h in steps])
     uppers = np.stack([np.column_stack([rows[k][h][:, 2] for h in steps]) for k in ranked])
-    w = choose_combination(actual, uppers, cfg.quantile)
+    w = stable_combination(actual, uppers, cfg.quantile)
     if w.max() > 1.0 - 1e-9:
         return None
     keep = [i for i in range(len(ranked)) if w[i] > 0]
     members = tuple(ranked[i] for i in keep)
     weights = tuple(float(w[i]) for i in keep)
-    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights)
+    each = np.stack([np.stack([rows[k][h] for h in steps], axis=2) for k in members])  # (m, n, 3, H)
+    combined = combine_quantiles(each[:, :, 1:, :], np.asarray(weights))  # (n, 2, H)
+    offset = float(getattr(models[members[0]], "log_offset", 0.0)) or choose_log_offset(actual[:, -1])
+    # Its own shift, chosen two-fold; ``upper`` holds the two-fold shifted P95s that chose it.
+    shift, upper = recalibration(actual, combined[:, 1, :], cfg.quantile, offset, steps)
+    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift)
     out: dict[str, dict[str, float | None]] = {}
     labels = {format_duration(h): horizon_steps(h, models[members[0]].step_seconds) for h in cfg.horizons}
     for label, h in labels.items():
-        if h is None or h not in rows[members[0]]:
+        if h is None or h not in steps:
             out[label] = dict.fromkeys(METRIC_NAMES)
             continue
-        each = np.stack([rows[k][h] for k in members])  # (m, n, 3)
-        combined = combine_quantiles(each[:, :, 1:], np.asarray(weights))
-        out[label] = all_metrics(each[0, :, 0], combined[:, 0], combined[:, 1], cfg.quantile, None)
+        j = steps.index(h)
+        out[label] = all_metrics(actual[:, j], combined[:, 0, j], upper[:, j], cfg.quantile, None)
     return members, weights, model, out
 
 
@@ -336,6 +412,7 @@ def crossfit_scores(
 def fit_calibrated(
     kind: str, grid: Series, cfg: EvaluationSettings, horizon: timedelta = timedelta(minutes=30),
     *, additive: bool = False, options: Mapping[str, Mapping[str, Any]] | None = None, static: bool = False,
+    tracking_rate: float | None = None,
 ) -> tuple[CalibratedModel, float]:
     """What :func:`train_model` serves once ``kind`` is chosen: fitted on ``grid`` (already on the
     model grid) up to its last ``calibration_window``, calibrated on that window; and the fit's
@@ -346,14 +423,15 @@ def fit_calibrated(
     t0 = time.perf_counter()
     base = registry.forecaster(kind, **dict((options or {}).get(kind) or {})).fit(grid.slice(max(0, fit_end - train), fit_end))
     fit_seconds = time.perf_counter() - t0
-    return calibrated(base, grid, cfg, horizon, additive=additive, static=static), fit_seconds
+    return calibrated(base, grid, cfg, horizon, additive=additive, static=static,
+                      tracking_rate=tracking_rate), fit_seconds
 
 
 def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
                horizon: timedelta = timedelta(minutes=30), *, additive: bool = False,
-               static: bool = False) -> CalibratedModel:
+               static: bool = False, tracking_rate: float | None = None) -> CalibratedModel:
     """``base`` (fitted before the last calibration window of ``grid``) calibrated on that window
-    (``static``: no coverage tracking)."""
+    (``static``: no coverage tracking; ``tracking_rate``: the tracker's rate, None to choose)."""
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     fit_end = len(grid) - cal
     window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
@@ -367,7 +445,7 @@ def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
         horizon_steps=max(wanted, max_horizon_steps(grid.step_seconds)),
         adaptive=cfg.adaptive_calibration,
         additive=additive,
-        tracking_rate=0.0 if static else None,
+        tracking_rate=0.0 if static else tracking_rate,
     )
 
 

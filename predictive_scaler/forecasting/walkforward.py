@@ -9,9 +9,12 @@ so an evaluation measures exactly what serving does.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from abc import abstractmethod
-from collections.abc import Sequence
-from typing import ClassVar
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -110,3 +113,43 @@ def walk_forward(
         except ModelError:
             continue  # undefined here (e.g. no observations in the window): stays NaN
     return out
+
+
+# -- fits shared within a training run ----------------------------------------------------------
+
+#: Fits kept (the latest first out): enough for one training run's candidates and ensemble members.
+FIT_MEMO_SIZE = 16
+_FITS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_FITS_LOCK = threading.Lock()
+M = TypeVar("M")
+
+
+def history_key(history: Series) -> tuple[Any, ...]:
+    """What a fit reads of ``history``: its grid and its exact values (a digest of their bytes)."""
+    digest = hashlib.blake2b(np.ascontiguousarray(history.values).tobytes(), digest_size=16).hexdigest()
+    return (history.start.value, history.step_seconds, len(history), str(history.value_kind), digest)
+
+
+def memoized_fit(forecaster: object, history: Series, fit: Callable[[Series], M]) -> M:
+    """``fit(history)``, or the model an identical forecaster (same class and settings, by its
+    ``repr``) fitted on the same history before: a training run fits each candidate once, and the
+    ensemble's members refitted on the candidates' window are those same fits. Fits are
+    deterministic and the models frozen, so sharing one changes nothing but the time; failures
+    are not kept."""
+    key = (type(forecaster).__qualname__, repr(forecaster), history_key(history))
+    with _FITS_LOCK:
+        if key in _FITS:
+            _FITS.move_to_end(key)
+            return _FITS[key]  # type: ignore[no-any-return]
+    model = fit(history)
+    with _FITS_LOCK:
+        _FITS[key] = model
+        while len(_FITS) > FIT_MEMO_SIZE:
+            _FITS.popitem(last=False)
+    return model
+
+
+def clear_fit_memo() -> None:
+    """Forget every kept fit (benchmarks timing cold fits)."""
+    with _FITS_LOCK:
+        _FITS.clear()

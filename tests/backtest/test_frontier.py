@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from predictive_scaler.backtest.frontier import (
@@ -88,3 +89,26 @@ def test_frontier_json_shape_and_reuse() -> None:
     # Cheaper in GPU-hours the higher the reactive target: the knob does what it says.
     costs = [p["gpu_hours"] for p in doc["frontier"]["reactive"]]
     assert costs[0] >= costs[-1]
+
+
+@pytest.mark.parametrize("target", [0.7, 0.9], ids=["target-0.7", "target-0.9"])
+def test_a_predictive_point_sharing_the_default_points_models_is_the_unshared_run(target: float) -> None:
+    """Reuse across operating points changes nothing: a point run on the default point's trained
+    models and served forecasts (the frontier's cache) equals the same point trained from scratch."""
+    from dataclasses import replace
+
+    from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
+    from predictive_scaler.backtest.runner import initial_replicas, prepare
+
+    scenario = replace(FAST, forecasters=("persistence", "holt-winters"))
+    trace = daily_trace()
+    cache = PredictiveCache()
+    default = prepare(trace, scenario)
+    run_predictive(default, initial_replicas=initial_replicas(default), cache=cache)
+    assert cache.filled
+    point = prepare(trace, replace(scenario, predictive_target_utilization=target))
+    shared, shared_extras = run_predictive(point, initial_replicas=initial_replicas(point), cache=cache)
+    alone, alone_extras = run_predictive(point, initial_replicas=initial_replicas(point))
+    np.testing.assert_array_equal(shared.billed_gpus, alone.billed_gpus)
+    np.testing.assert_array_equal(shared_extras["forecasts"].values, alone_extras["forecasts"].values)
+    assert [e.kind for e in shared_extras["model_events"]] == [e.kind for e in alone_extras["model_events"]]

@@ -211,3 +211,29 @@ def test_served_forecasts_are_what_forecast_returns_and_ignore_the_future(kind: 
             got = served.forecast(recent, recent.last_time.to_pydatetime()).values
             direct = model.forecast(recent, 6, (0.5, 0.95)).values
             np.testing.assert_allclose(got, direct, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kind", ["holt-winters", "ensemble", "calibrated-holt-winters"], ids=["holt-winters", "ensemble", "calibrated"])
+def test_a_batch_over_a_whole_period_is_served_when_the_model_reads_only_its_window(kind: str) -> None:
+    """The batch (one walk_forward over the period, all history before it handed over) is what a
+    direct forecast from the reconciler's recent window gives at every origin, so it is served:
+    no rejection, and every served forecast equals the direct one."""
+    from predictive_scaler.backtest.adapters import ServedModel
+    from predictive_scaler.forecasting import registry
+    from predictive_scaler.forecasting.calibration import calibrate
+
+    trace = daily_trace(9)
+    if kind == "calibrated-holt-winters":
+        base = registry.forecaster("holt-winters").fit(trace.slice(0, 6 * 288))
+        model = calibrate(base, trace.slice(0, 7 * 288), 6 * 288 - 1, quantiles=(0.5, 0.95), horizon_steps=6)
+    else:
+        model = registry.forecaster(kind).fit(trace.slice(0, 7 * 288))
+    first, last = 7 * 288, 7 * 288 + 150
+    served = ServedModel(model, "v1", horizon_steps=6, quantiles=(0.5, 0.95))
+    served.precompute(trace, first, last)
+    assert served.batch_rejections == 0
+    for origin in range(first, last + 1, 10):
+        recent = trace.slice(origin + 1 - served.recent_steps, origin + 1)
+        got = served.forecast(recent, recent.last_time.to_pydatetime()).values
+        np.testing.assert_allclose(got, model.forecast(recent, 6, (0.5, 0.95)).values, rtol=1e-9)

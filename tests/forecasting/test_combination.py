@@ -12,8 +12,11 @@ from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.calibration import calibrate
 from predictive_scaler.forecasting.combination import (
     CombinationModel,
+    Shift,
     choose_combination,
     combine_quantiles,
+    recalibration,
+    stable_combination,
 )
 
 from .conftest import make_daily
@@ -38,6 +41,87 @@ def test_weights_minimise_the_pinball_of_the_combined_quantile(uppers, expected)
     np.testing.assert_allclose(choose_combination(actual, members, 0.95), expected)
 
 
+def _halves(first, second, scale_first=10.0, n=400):
+    """(actual, uppers): two halves of ``n`` rows; member i's q-quantile forecast is ``first[i]``
+    (``second[i]``) times the right one on the first (second) half, whose actuals are
+    ``scale_first`` times larger."""
+    rng = np.random.default_rng(1)
+    actual = np.exp(rng.normal(0, 0.01, (n, 2)))
+    actual[: n // 2] *= scale_first
+    level = np.quantile(actual[n // 2:], 0.95)
+    factors = np.array([[first[i]] * (n // 2) + [second[i]] * (n - n // 2) for i in range(len(first))])
+    uppers = factors[:, :, None] * level * np.where(np.arange(n) < n // 2, scale_first, 1.0)[None, :, None]
+    return actual, np.broadcast_to(uppers, (len(first), n, 2)).copy()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "pooled", "stable"),
+    [
+        # Member 0 right on both halves: it alone, whatever the rule.
+        pytest.param([1.0, 3.0], [1.0, 3.0], [1.0, 0.0], [1.0, 0.0], id="halves-agree"),
+        # Member 0 right on the (large) first half, member 1 on the second: the pooled window
+        # is dominated by the first half and bets on member 0 alone; each half's pick counts once.
+        pytest.param([1.0, 3.0], [0.3, 1.0], [1.0, 0.0], [0.5, 0.5], id="halves-disagree-hedged"),
+    ],
+)
+def test_stable_weights_are_the_mean_of_each_halfs_pick(first, second, pooled, stable):
+    actual, uppers = _halves(first, second)
+    np.testing.assert_allclose(choose_combination(actual, uppers, 0.95), pooled)
+    np.testing.assert_allclose(stable_combination(actual, uppers, 0.95), stable)
+
+
+@pytest.mark.parametrize(
+    ("factor", "shifted"),
+    [
+        # The combined P95 is already right: no shift of its own.
+        pytest.param(1.0, False, id="calibrated-kept"),
+        # Twice too wide (members that disagree, mixed): shifted down to cover 0.95.
+        pytest.param(2.0, True, id="too-wide-shifted"),
+        # A third too low: shifted up.
+        pytest.param(0.7, True, id="too-low-shifted"),
+    ],
+)
+def test_the_combination_recalibrates_its_own_quantile_two_fold(factor, shifted):
+    rng = np.random.default_rng(3)
+    actual = 100 * np.exp(rng.normal(0, 0.2, (600, 3)))
+    right = 100 * np.exp(0.2 * 1.6449)
+    upper = np.full_like(actual, factor * right)
+    shift, scored = recalibration(actual, upper, 0.95, 1.0, (2, 4, 6))
+    assert (shift is not None) is shifted
+    coverage = float(np.mean(actual <= scored))
+    if shifted:
+        assert shift.quantile == 0.95 and len(shift.steps) == 6  # steps 1..6, interpolated
+        assert abs(coverage - 0.95) < 0.03  # two-fold, out of sample
+        served = shift.apply(upper[:, None, :1].repeat(2, axis=1) * np.array([0.5, 1.0])[None, :, None],
+                             (0.5, 0.95))
+        assert abs(float(np.mean(actual[:, 0] <= served[:, 1, 0])) - 0.95) < 0.03
+        np.testing.assert_allclose(served[:, 0, 0], 0.5 * upper[:, 0])  # the median is not moved
+    else:
+        np.testing.assert_array_equal(scored, upper)
+
+
+@pytest.mark.parametrize(
+    ("scale", "steps"),
+    [
+        pytest.param("log", (-0.1, -0.2), id="log-down"),
+        pytest.param("additive", (30.0,), id="additive-up"),
+        # So far down that the P95 would cross the median: held at the quantile below it.
+        pytest.param("log", (-0.5, -0.7), id="log-down-held-in-order"),
+    ],
+)
+def test_a_shift_moves_upper_quantiles_in_proportion_and_keeps_their_order(scale, steps):
+    shift = Shift(quantile=0.95, scale=scale, steps=steps, offset=1.0)
+    values = np.array([[[100.0, 100.0, 100.0], [110.0, 110.0, 110.0], [150.0, 150.0, 150.0]]])  # P50, P60, P95
+    got = shift.apply(values, (0.5, 0.6, 0.95))
+    np.testing.assert_allclose(got[0, 0], values[0, 0])
+    assert np.all(np.diff(got[0], axis=0) >= 0)  # quantiles stay ordered
+    full = np.asarray(steps)[np.minimum(np.arange(3), len(steps) - 1)]
+    p60 = np.exp(np.log(111.0) + full * 0.1 / 0.45) - 1 if scale == "log" else 110 + full * 0.1 / 0.45
+    p95 = np.exp(np.log(151.0) + full) - 1 if scale == "log" else 150 + full
+    np.testing.assert_allclose(got[0, 1], np.maximum(p60, 100.0))
+    np.testing.assert_allclose(got[0, 2], np.maximum.reduce([p95, p60, np.full(3, 100.0)]))
+
+
 def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
     series = make_daily(days=12)
     members = []
@@ -51,6 +135,14 @@ def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
     np.testing.assert_allclose(got, combine_quantiles(each, np.array([0.3, 0.7])), rtol=1e-9)
     rebuilt = registry.model_from_params("combination", json.loads(json.dumps(model.to_params())))
     np.testing.assert_allclose(rebuilt.forecast(recent, 6, (0.5, 0.95)).values, got)
+    # With its own shift: applied to the combined quantiles, and stored.
+    shifted = CombinationModel(members=tuple(members), weights=(0.3, 0.7),
+                               shift=Shift(quantile=0.95, scale="log", steps=(-0.1,) * 6, offset=1.0))
+    moved = shifted.forecast(recent, 6, (0.5, 0.95)).values
+    np.testing.assert_allclose(moved[0], got[0])
+    np.testing.assert_allclose(moved[1], np.maximum(np.exp(np.log(got[1] + 1.0) - 0.1) - 1.0, moved[0]))
+    again = registry.model_from_params("combination", json.loads(json.dumps(shifted.to_params())))
+    np.testing.assert_allclose(again.forecast(recent, 6, (0.5, 0.95)).values, moved)
 
 
 @pytest.mark.parametrize(

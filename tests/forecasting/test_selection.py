@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
 import pytest
 
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
-from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting import registry, selection
 from predictive_scaler.forecasting.evaluation import (
     EvaluationSettings,
     ModelEvaluation,
@@ -19,15 +20,20 @@ from predictive_scaler.forecasting.evaluation import (
     model_series,
     plan_blocks,
     select,
+    select_on_common_blocks,
 )
 from predictive_scaler.forecasting.selection import (
     SELECTION_METHOD,
+    SHORT_REFIT,
     SHORT_SELECTION_METHOD,
+    SHORT_TRACKING_RATES,
+    _combination,
     promote,
     settings_for_history,
     train_candidates,
     train_model,
 )
+from predictive_scaler.series import Series
 
 from .conftest import make_daily
 
@@ -110,8 +116,11 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
     result = train_model(history, FAST, settings=cfg)
     assert result.metrics["selection"] == (SHORT_SELECTION_METHOD if short else SELECTION_METHOD)
     if short:
-        assert result.kind == select(evaluate(history, FAST, cfg).models, cfg.quantile)
-        assert result.model.tracking_window == 0 and not result.model.additive
+        walk = evaluate(history, FAST, replace(cfg, refit_every=SHORT_REFIT, tracked_calibration=False))
+        assert walk.blocks > 1  # more than one validation window
+        assert all(len(m.block_pinball) == walk.blocks for m in walk.models.values())
+        assert result.kind == select_on_common_blocks(walk.models)
+        assert result.model.tracking_rate in SHORT_TRACKING_RATES
         # The protocol's call fits every candidate (for the regret), the served one identically.
         every = train_candidates(model_series(history), FAST, cfg)
         assert set(every.models) == set(FAST) and every.selected == result.kind
@@ -133,6 +142,83 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
 )
 def test_select(models, expected):
     assert select(models, 0.95) == expected
+
+
+def _blocks(coverage: float, *pinballs: float | None, error: str | None = None) -> ModelEvaluation:
+    scored = [p for p in pinballs if p is not None]
+    row = {"pinball": float(np.mean(scored)) if scored else None, "coverage": coverage}
+    return ModelEvaluation("x", {"30m": row}, 0.1, 100, error, block_pinball=tuple(pinballs))
+
+
+@pytest.mark.parametrize(
+    ("models", "expected", "old"),
+    [
+        # servegen_m_large's walk-forward: seasonal-naive alone passed the coverage guard and
+        # served at 4.8x arima's loss on the following week; pinball alone picks arima.
+        ({"arima": _blocks(0.90, 1.0, 1.0), "seasonal-naive": _blocks(0.95, 1.6, 1.5)}, "arima", "seasonal-naive"),
+        # Holt-Winters cannot fit the first (shortest) block: compared on the blocks both have,
+        # not on persistence's easy first block.
+        ({"persistence": _blocks(0.95, 0.2, 1.2, 1.2), "holt-winters": _blocks(0.95, None, 1.0, 1.0)},
+         "holt-winters", "persistence"),
+        ({"a": _blocks(0.95, 1.0, 1.0), "b": _blocks(0.95, 0.5, 0.5, error="boom")}, "a", "a"),
+        ({"a": _blocks(0.95, 1.0, None), "b": _blocks(0.95, None, 0.5)}, "b", "b"),  # nothing in common
+        ({"a": _blocks(0.95, None, None)}, None, None),
+    ],
+    ids=["no-coverage-guard", "common-blocks-only", "skip-failed", "no-common-block", "never-scored"],
+)
+def test_select_on_common_blocks(models, expected, old):
+    assert select_on_common_blocks(models) == expected
+    assert select(models, 0.95) == old  # what the walk-forward choice did before
+
+
+def _seven_days(seed: int, calm: bool) -> Series:
+    """7 days of 5-minute demand; unless ``calm``, the noise triples from day 4 on (the scored
+    days of the walk-forward: a regime the calibration windows never saw)."""
+    quiet = make_daily(days=7, seed=seed, noise=0.1)
+    if calm:
+        return quiet
+    loud = make_daily(days=7, seed=seed + 100, noise=0.3)
+    cut = 4 * 288
+    values = np.concatenate([quiet.values[:cut], loud.values[cut:]])
+    return Series(values=values, start=quiet.start, step_seconds=300, name="synthetic")
+
+
+@pytest.mark.parametrize(
+    ("seed", "calm", "tracked"),
+    [(0, True, False), (2, True, False), (0, False, True), (2, False, True)],
+    ids=["calm-0: static shifts", "calm-2: static shifts", "volatility-triples-0: tracked",
+         "volatility-triples-2: tracked"],
+)
+def test_short_history_tracks_coverage_only_where_it_pays_on_the_daily_blocks(seed, calm, tracked):
+    history = _seven_days(seed, calm)
+    cfg = settings_for_history(history.span)
+    result = train_model(history, FAST, settings=cfg)
+    assert result.kind == "persistence"
+    assert (result.model.tracking_rate > 0) is tracked
+    assert result.model.tracking_rate in SHORT_TRACKING_RATES
+
+
+def test_short_history_beats_the_coverage_guard_on_a_regime_change():
+    """The old walk-forward rule served seasonal-naive here: the only candidate whose coverage
+    stayed near 0.95 when the noise tripled, at about twice persistence's pinball loss."""
+    history = _seven_days(1, calm=False)
+    cfg = settings_for_history(history.span)
+    walk = evaluate(history, FAST, replace(cfg, refit_every=SHORT_REFIT, tracked_calibration=False))
+    assert select(walk.models, cfg.quantile) == "seasonal-naive"  # the old rule
+    pins = {k: m.block_pinball for k, m in walk.models.items()}
+    assert all(p < s for p, s in zip(pins["persistence"], pins["seasonal-naive"], strict=True))
+    assert train_model(history, FAST, settings=cfg).kind == "persistence"
+
+
+def test_a_calibration_is_not_chosen_on_one_block(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("chose a calibration on a single block")
+
+    monkeypatch.setattr(selection, "evaluate_model", boom)
+    one = ModelEvaluation("holt-winters", {}, 0.1, 100, block_pinball=(None, 1.0))
+    history = make_daily(days=7, seed=3)
+    cfg = replace(settings_for_history(history.span), refit_every=SHORT_REFIT, tracked_calibration=False)
+    assert selection._short_calibration(history, "holt-winters", cfg, one, None) == (0.0, False)
 
 
 @pytest.mark.parametrize(
@@ -169,10 +255,49 @@ def test_train_model_returns_a_calibrated_serialisable_model(series):
     assert np.all(np.isfinite(fc.values)) and np.all(fc.values[1] >= fc.values[0])
     np.testing.assert_allclose(fc.values, model.forecast(recent, 6, (0.5, 0.95)).values)
     assert result.fit_seconds >= 0
-    # Every candidate's cross-fitted scores travel with the model, the winner's the lowest.
+    # Every candidate's cross-fitted scores travel with the model; a single winner's are the
+    # lowest of the singles, a combination's members are the best ones.
     pins = {k: np.mean([h["pinball"] for h in m["horizons"].values()])
-            for k, m in result.metrics["models"].items()}
-    assert pins[result.kind] == min(pins.values())
+            for k, m in result.metrics["models"].items() if k != "combination"}
+    ranked = sorted(pins, key=lambda k: pins[k])
+    if result.kind == "combination":
+        assert set(result.model.member_kinds) <= set(ranked[:3])
+    else:
+        assert result.kind == ranked[0]
+
+
+def _crossfit_rows(first: float, second: float, n: int = 400) -> dict[int, np.ndarray]:
+    """Cross-fitted rows (actual, P50, P95) per horizon step as :func:`crossfit_scores` pools them
+    (the later half first): the P95 is ``first`` (``second``) times the right one on the first
+    (second) half, whose actuals are ten times the second's."""
+    rng = np.random.default_rng(2)
+    actual = np.exp(rng.normal(0, 0.01, n)) * np.where(np.arange(n) < n // 2, 10.0, 1.0)
+    right = np.quantile(actual[n // 2:], 0.95) * np.where(np.arange(n) < n // 2, 10.0, 1.0)
+    upper = right * np.where(np.arange(n) < n // 2, first, second)
+    return {h: np.column_stack([actual, upper / 1.1, upper]) for h in (2, 4, 6)}
+
+
+@pytest.mark.parametrize(
+    ("factors", "expected"),
+    [
+        # The same candidate is right on both halves: it serves alone.
+        pytest.param({"persistence": (1.0, 1.0), "seasonal-naive": (3.0, 3.0)}, None, id="halves-agree"),
+        # Persistence is right on one half (whose loss dominates the pooled window), seasonal-naive
+        # on the other: the pooled choice would be persistence alone; each half's pick counts once.
+        pytest.param({"persistence": (1.0, 0.3), "seasonal-naive": (3.0, 1.0)},
+                     (("persistence", "seasonal-naive"), (0.5, 0.5)), id="halves-disagree-hedged"),
+    ],
+)
+def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors, expected):
+    models = {k: registry.forecaster(k).fit(series.slice(0, 7 * 288)) for k in factors}
+    rows = {k: _crossfit_rows(*f) for k, f in factors.items()}
+    got = _combination(tuple(factors), rows, models, EvaluationSettings())
+    if expected is None:
+        assert got is None
+    else:
+        members, weights, model, scores = got
+        assert (members, weights) == expected and model.weights == weights
+        assert set(scores) == {"10m", "20m", "30m"} and scores["30m"]["pinball"] is not None
 
 
 @pytest.mark.parametrize(
@@ -189,3 +314,27 @@ def test_train_model_returns_a_calibrated_serialisable_model(series):
 def test_settings_are_validated_eagerly(kwargs):
     with pytest.raises(ConfigError):
         EvaluationSettings(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("losses", "expected"),
+    [
+        ({}, (0.0, False)),  # nothing beats static log-scale shifts
+        ({(0.0, True): (0.9, 0.9)}, (0.0, True)),
+        ({(0.0, True): (0.9, 0.9), (0.15, True): (0.8, 0.85), (0.15, False): (0.1, 0.1)}, (0.15, True)),
+        ({(0.05, False): (0.5, 0.5), (0.3, False): (0.4, 0.7)}, (0.05, False)),
+        ({(0.05, False): (0.1, None)}, (0.0, False)),  # failed in a block the static one has
+    ],
+    ids=["static-log", "additive", "additive-then-rate", "lowest-mean-rate", "incomplete-rate"],
+)
+def test_short_calibration_is_chosen_on_the_daily_blocks(monkeypatch, losses, expected):
+    def fake(kind, series, settings, **kwargs):
+        rate = settings.tracking_rate if settings.tracked_calibration else 0.0
+        blocks = losses.get((rate, settings.additive_calibration), (1.1, 1.1))
+        return ModelEvaluation(kind, {}, 0.1, 100, block_pinball=(None, *blocks))
+
+    monkeypatch.setattr(selection, "evaluate_model", fake)
+    static = ModelEvaluation("arima", {}, 0.1, 100, block_pinball=(None, 1.0, 1.0))
+    history = make_daily(days=7, seed=3)
+    cfg = replace(settings_for_history(history.span), refit_every=SHORT_REFIT, tracked_calibration=False)
+    assert selection._short_calibration(history, "arima", cfg, static, None) == expected

@@ -1,0 +1,92 @@
+"""Fits shared within a training run (walkforward.memoized_fit): the shared path is the unshared one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting.walkforward import FIT_MEMO_SIZE, clear_fit_memo, walk_forward
+from predictive_scaler.series import Series
+
+from .conftest import make_daily
+
+DAY = 288
+
+
+@pytest.fixture(scope="module")
+def history():
+    return make_daily(days=9, seed=11)
+
+
+def _forecasts(model, series):
+    idx = np.arange(len(series) - 200, len(series), 9)
+    return walk_forward(model, series, idx, 6, (0.5, 0.95))
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "days"),
+    [("arima", {}, 9), ("holt-winters", {}, 9), ("holt-winters", {"season": 7 * 86400}, 15)],
+    ids=["arima", "holt-winters", "holt-winters-weekly"],
+)
+def test_a_repeated_fit_is_the_first_one(kind, options, days):
+    history = make_daily(days=days, seed=11)
+    clear_fit_memo()
+    first = registry.forecaster(kind, **options).fit(history)
+    assert registry.forecaster(kind, **options).fit(history) is first
+    clear_fit_memo()
+    cold = registry.forecaster(kind, **options).fit(history)
+    assert cold is not first
+    assert cold.to_params() == first.to_params()
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("arima", lambda s: s.slice(0, len(s) - 1)),  # one step less
+        ("arima", lambda s: Series(values=np.where(np.arange(len(s)) == 5, s.values * 2, s.values),
+                                   start=s.start, step_seconds=s.step_seconds)),  # one value changed
+        ("holt-winters", lambda s: Series(values=s.values, start=s.start + s.step,
+                                          step_seconds=s.step_seconds)),  # same values, a step later
+    ],
+    ids=["shorter", "one-value", "shifted"],
+)
+def test_another_history_is_fitted_anew(kind, change, history):
+    clear_fit_memo()
+    first = registry.forecaster(kind).fit(history)
+    assert registry.forecaster(kind).fit(change(history)) is not first
+
+
+def test_other_settings_are_fitted_anew(history):
+    clear_fit_memo()
+    daily = registry.forecaster("holt-winters").fit(history)
+    assert registry.forecaster("holt-winters", window=4 * 86400).fit(history) is not daily
+    assert registry.forecaster("arima", order=(2, 1, 1)).fit(history) is not registry.forecaster("arima").fit(history)
+
+
+def test_the_memo_is_bounded(history):
+    clear_fit_memo()
+    first = registry.forecaster("persistence").fit(history)  # not memoized: cheap
+    models = [registry.forecaster("holt-winters").fit(history.slice(i, len(history))) for i in range(FIT_MEMO_SIZE + 1)]
+    assert registry.forecaster("holt-winters").fit(history) is not models[0]  # the oldest was dropped
+    assert registry.forecaster("holt-winters").fit(history.slice(FIT_MEMO_SIZE, len(history))) is models[-1]
+    assert first is not None
+
+
+@pytest.mark.parametrize(
+    "before",
+    [(), ("arima",), ("holt-winters",), ("arima", "holt-winters", "persistence")],
+    ids=["cold", "after-arima", "after-holt-winters", "after-candidates"],
+)
+def test_an_ensemble_sharing_the_candidates_fits_forecasts_as_a_cold_one(before, history):
+    """The training run's order (candidates first, then the ensemble refitting the same kinds on
+    the same window) gives the same ensemble as fitting it with nothing kept."""
+    series = make_daily(days=10, seed=11)
+    clear_fit_memo()
+    cold = registry.forecaster("ensemble").fit(history)
+    clear_fit_memo()
+    for kind in before:
+        registry.forecaster(kind).fit(history)
+    shared = registry.forecaster("ensemble").fit(history)
+    assert shared.to_params() == cold.to_params()
+    np.testing.assert_array_equal(_forecasts(shared, series), _forecasts(cold, series))
