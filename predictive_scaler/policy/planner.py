@@ -236,6 +236,7 @@ def plan(
     if seen.view is not None:
         drift_state = drift_policy.refresh_pending(drift_state, seen.view, seen.t, seen.observed_at)
     cf = _counterfactual(spec, state, seen)
+    recent = _recent_demand(spec, state, seen)
     draft = _Draft(spec, budget_policy.allowance(spec.prewarm.budget, cluster_share), cf.replicas)
     if seen.value is None:
         missing_since = state.missing_since if state.missing_since is not None else seen.t
@@ -249,8 +250,8 @@ def plan(
         if draft.strategy == "reactive" and spec.prewarm.fill_nodes:
             draft.desired = _fill(draft, draft.desired)
         if draft.strategy == "predictive":
-            _predictive(draft, seen, drift_state)
-    return _decide(draft, seen, cf, state, drift_state, missing_since)
+            _predictive(draft, seen, drift_state, recent)
+    return _decide(draft, seen, cf, state, drift_state, missing_since, recent)
 
 
 def _observe(spec: ScalerSpec, forecast: Forecast | None, demand: DemandSample | None, cluster: ClusterState,
@@ -294,6 +295,34 @@ def _counterfactual(spec: ScalerSpec, state: PlannerState, seen: _Observed) -> _
     if cf != cf_before:
         events = tuple(e for e in events if e[0] != t) + ((t, cf - cf_before),)
     return _Counterfactual(reactive, cf, stored, events)
+
+
+def _recent_demand(spec: ScalerSpec, state: PlannerState, seen: _Observed) -> tuple[tuple[float, float], ...]:
+    """The valid demand observed within the release window (``reactive.scaleDownStabilizationSeconds``),
+    this decision's included; a retried decision replaces its own earlier entry (deciding twice = once)."""
+    window = spec.reactive.scale_down_stabilization_seconds
+    kept = tuple((at, v) for at, v in state.recent_demand if seen.t - window <= at < seen.t)
+    return kept if seen.value is None else (*kept, (seen.t, seen.value))
+
+
+def _nodes(spec: ScalerSpec, replicas: int) -> int:
+    """Whole nodes ``replicas`` take (``prewarm.gpusPerNode`` GPUs each)."""
+    per_node = max(1, spec.prewarm.gpus_per_node // spec.gpus_per_replica)
+    return -(-replicas // per_node)
+
+
+def _anchor(view: ForecastView, value: float, at: float, recent: tuple[tuple[float, float], ...],
+            since: float) -> tuple[float, float] | None:
+    """(P50, demand) when the demand observed now lies below the forecast's P50 for the step it is of,
+    and every demand observed since ``since`` (the release window, which ``recent`` must span) did too."""
+    if view.p50 is None or len(view.p50) != len(view.pq) or not recent or recent[0][0] > since:
+        return None
+    h = max(0, view.index_at(at))
+    if h >= len(view.p50):
+        return None
+    median = float(view.p50[h])
+    below = math.isfinite(median) and max(v for _, v in recent) < median
+    return (median, value) if below else None
 
 
 def _missing_data(draft: _Draft, seen: _Observed, missing_since: float) -> None:
@@ -340,8 +369,11 @@ def _choose_strategy(draft: _Draft, seen: _Observed, cf: _Counterfactual, drift:
     draft.desired = cf.replicas
 
 
-def _predictive(draft: _Draft, seen: _Observed, drift: DriftState) -> None:
-    """Steps 4–6 of the predictive strategy: the forecast's want within the budget, fill, placeholders."""
+def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple[tuple[float, float], ...]) -> None:
+    """Steps 4–6 of the predictive strategy: the forecast's want within the budget, fill, placeholders.
+
+    ``recent`` is the demand observed within the release window (now included).
+    """
     spec, t, cf, hi = draft.spec, seen.t, draft.cf, draft.spec.max_replicas
     view, value = seen.view, seen.value
     assert view is not None and value is not None
@@ -361,6 +393,17 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState) -> None:
     peak = spec.demand.intra_step_peak_factor
     cap = spec.capacity_per_replica
     size_pod, size_node = q_pod * peak, q_node * peak
+    window = spec.reactive.scale_down_stabilization_seconds
+    recent_peak = max(v for _, v in recent)
+    anchor = _anchor(view, value, seen.observed_at if seen.observed_at is not None else t, recent,
+                     t - window + spec.control_period_seconds)
+    if anchor is not None:
+        # The model has run above the level observed for a whole release window (it lags a fall): its forecast is lowered by
+        # that gap, so it buys no node for demand the present level does not support. (Never below
+        # the floor below; an observation above the P50 raises nothing here — the floor does.)
+        gap = (anchor[0] - anchor[1]) * peak
+        size_pod, size_node = max(0.0, size_pod - gap), max(0.0, size_node - gap)
+        draft.reasons.append(why.ForecastAnchored(anchor[0], anchor[1], size_pod, spec.demand_unit))
     raw_pred = replicas_for(size_pod, cap)
     predicted = draft.predicted = clamp(raw_pred, spec.min_replicas, hi)
     draft.reasons.append(why.PredictiveNeed(spec.quantile, lead_pod, q_pod, spec.demand_unit, peak,
@@ -385,6 +428,13 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState) -> None:
         held = min(seen.current, max(want, clamp(replicas_for(band, cap), spec.min_replicas, hi)))
         if held > want:
             draft.reasons.append(why.ReleaseHeld(held, want, band, spec.demand_unit))
+        # Node-boundary hysteresis: demand observed within the release window that needed exactly one
+        # node more than the release keeps that node (a node released for a fraction of a replica comes
+        # back only after a cold start). A fall by more than a node is a level change: not held.
+        recent_need = min(seen.current, clamp(replicas_for(recent_peak, cap), spec.min_replicas, hi))
+        if recent_need > held and _nodes(spec, recent_need) == _nodes(spec, want) + 1:
+            draft.reasons.append(why.ReleaseHeldRecent(recent_need, want, recent_peak, window, spec.demand_unit))
+            held = recent_need
         want = held
     draft.desired = _within_budget(draft, want)
     if want < cf and ahead:
@@ -453,7 +503,7 @@ def _placeholders(draft: _Draft, q_node: float, current: int, free: int, lead_no
 
 
 def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerState, drift: DriftState,
-            missing_since: float | None) -> tuple[Decision, PlannerState]:
+            missing_since: float | None, recent: tuple[tuple[float, float], ...]) -> tuple[Decision, PlannerState]:
     """Step 7: the scheduled events raise the plan; the budget's problem is reported; decision and state."""
     spec, allow, t = draft.spec, draft.allow, seen.t
     spec_gpus = draft.speculative(draft.desired, draft.placeholders)
@@ -475,6 +525,7 @@ def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerS
         counterfactual_prior=cf.stored,
         drift=drift,
         last_decided_at=t,
+        recent_demand=recent,
     )
     decision = Decision(
         desired_replicas=scheduled.desired,

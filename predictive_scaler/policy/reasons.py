@@ -65,6 +65,8 @@ class Kind(StrEnum):
     SPECULATIVE_REPLICAS = "speculative-replicas"
     RELEASING_AHEAD = "releasing-ahead"
     RELEASE_HELD = "release-held"
+    RELEASE_HELD_RECENT = "release-held-recent"
+    FORECAST_ANCHORED = "forecast-anchored"
     REACTIVE_FLOOR = "reactive-floor"
     FILL_NODES = "fill-nodes"
     PREWARM = "prewarm"
@@ -360,6 +362,38 @@ class ReleaseHeld(Reason):
     def text(self) -> str:
         return (f"releasing only to {self.replicas} replicas, not {self.wanted}: the forecast's upper band "
                 f"({self.band:.4g} {self.unit}) does not fit fewer")
+
+
+@dataclass(frozen=True)
+class ReleaseHeldRecent(Reason):
+    """A release kept the one node that demand observed within the release window needed."""
+
+    kind = Kind.RELEASE_HELD_RECENT
+    replicas: int
+    wanted: int
+    recent: float
+    window_seconds: int
+    unit: str
+
+    def text(self) -> str:
+        return (f"releasing only to {self.replicas} replicas, not {self.wanted}: demand observed in the last "
+                f"{self.window_seconds} s ({self.recent:.4g} {self.unit}) needed the node a release to "
+                f"{self.wanted} would drop")
+
+
+@dataclass(frozen=True)
+class ForecastAnchored(Reason):
+    """The forecast runs above the level observed now: planned on lowered by the gap."""
+
+    kind = Kind.FORECAST_ANCHORED
+    p50: float
+    demand: float
+    planned: float
+    unit: str
+
+    def text(self) -> str:
+        return (f"the demand observed now ({self.demand:.4g} {self.unit}) is below the forecast's P50 for it "
+                f"({self.p50:.4g}): the forecast is lowered by that gap to {self.planned:.4g} {self.unit}")
 
 
 @dataclass(frozen=True)

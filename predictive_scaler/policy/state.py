@@ -87,6 +87,9 @@ class PlannerState:
     missing_since: float | None = None
     drift: DriftState = field(default_factory=DriftState)
     last_decided_at: float | None = None
+    #: (time, demand) observed within the release window (``reactive.scaleDownStabilizationSeconds``):
+    #: a release does not drop the one node this recent demand needed (node-boundary hysteresis).
+    recent_demand: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = self.drift
@@ -100,6 +103,7 @@ class PlannerState:
             "counterfactualReplicas": self.counterfactual,
             "counterfactualPrior": self.counterfactual_prior,
             "lastDecidedAt": self.last_decided_at,
+            "recentDemand": [[t, v] for t, v in self.recent_demand],
             "drift": {
                 "pending": [[p.step_start, p.p50, p.pq] for p in d.pending],
                 "outcomes": list(d.outcomes),
@@ -144,6 +148,7 @@ class PlannerState:
                 counterfactual=_opt_count(data.get("counterfactualReplicas")),
                 counterfactual_prior=_opt_count(data.get("counterfactualPrior")),
                 last_decided_at=_opt_time(data.get("lastDecidedAt")),
+                recent_demand=tuple((_time(t), _demand(v)) for t, v in data.get("recentDemand", ())),
                 drift=DriftState(
                     pending=tuple(
                         PendingForecast(_time(s), None if p50 is None else float(p50), float(pq))
@@ -183,6 +188,13 @@ def _finite(v: Any) -> float:
     f = float(v)
     if not math.isfinite(f):
         raise ValueError(f"{v!r} is not finite")
+    return f
+
+
+def _demand(v: Any) -> float:
+    f = _finite(v)
+    if f < 0:
+        raise ValueError(f"recentDemand {v!r} is negative")
     return f
 
 
