@@ -201,12 +201,17 @@ def why(doc: Mapping[str, Any]) -> str:
     if cand is not None and peer_np and cand / peer_np > 1.0:
         parts.append(f"even the best candidate ({best}) is {cand / peer_np:.3f}× the best peer "
                      f"({doc.get('best_peer')})")
+    elif cand is not None and peer_np and regret is not None and 1.0 < regret <= REGRET_TARGET:
+        # Within the regret target, yet the best candidate alone would have beaten the peer.
+        parts.append(f"selection: the served choices scored {regret:.3f}× the best candidate in hindsight "
+                     f"({best}, {cand / peer_np:.3f}× the best peer) — within the regret target, not within "
+                     f"the peer's margin")
     cov = _m(served, "coverage")
     n = int(served.get("origins") or 0) or None
     if cov is not None and not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
         band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
         parts.append(f"coverage {cov:.3f}{band}" + ("; 2 days to calibrate on (short history)" if short else ""))
-    return "; ".join(parts)
+    return "; ".join(parts) or "no single cause in these figures (see the per-trace table)"
 
 
 def run_one(traces: Path, name: str, kinds: tuple[str, ...], peers: tuple[str, ...], out: Path) -> None:

@@ -1,0 +1,44 @@
+"""bench/peers.py's 'why' for a missed target: derived from the run's figures, never empty."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from predictive_scaler.bench.peers import why
+
+
+def _doc(served: float, best: float, peer: float, regret: float, coverage: float = 0.95) -> dict[str, Any]:
+    def model(pinball: float, cov: float = 0.95) -> dict[str, Any]:
+        return {"horizons": {"30m": {"normalised_pinball": pinball, "coverage": cov}}}
+    return {
+        "served": {**model(served, coverage), "choices": ["holt-winters"], "origins": 336},
+        "models": {"arima": model(best)},
+        "best_candidate": "arima",
+        "peers": {"MSTL": model(peer)},
+        "best_peer": "MSTL",
+        "regret": regret,
+        "blocks": 1,
+        "protocol": {"min_history": "7d"},
+    }
+
+
+WHY_CASES = [
+    # (id, served, best candidate, best peer, regret, coverage, words the reason must hold)
+    ("selection-over-target", 0.012, 0.010, 0.011, 1.2, 0.95, "selection: the served choices scored 1.200×"),
+    ("best-candidate-loses", 0.0105, 0.0104, 0.010, 1.01, 0.95, "even the best candidate (arima) is 1.040×"),
+    ("within-regret-target", 0.01097, 0.01075, 0.01083, 1.02, 0.95, "within the regret target"),
+    ("coverage-only", 0.010, 0.010, 0.011, 1.0, 0.90, "coverage 0.900"),
+]
+
+
+@pytest.mark.parametrize(("served", "best", "peer", "regret", "coverage", "words"),
+                         [c[1:] for c in WHY_CASES], ids=[c[0] for c in WHY_CASES])
+def test_the_reason_names_the_cause(served: float, best: float, peer: float, regret: float,
+                                    coverage: float, words: str) -> None:
+    assert words in why(_doc(served, best, peer, regret, coverage))
+
+
+def test_the_reason_is_never_empty() -> None:
+    assert why(_doc(0.010, 0.010, 0.011, 1.0)).strip()
