@@ -43,6 +43,7 @@ from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.calibration import MIN_SCORES, conformal_quantile
 from predictive_scaler.forecasting.ensemble import simplex_grid
 from predictive_scaler.forecasting.logscale import from_log, to_log
+from predictive_scaler.forecasting.metrics import pinball_losses
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     WalkForwardModel,
@@ -79,8 +80,8 @@ def choose_combination(actual: np.ndarray, uppers: np.ndarray, q: float,
     ok = np.isfinite(actual) & np.all(np.isfinite(uppers), axis=0)
     best, best_loss = grid[0], math.inf
     for w in grid:
-        diff = np.where(ok, actual - combine_quantiles(np.where(ok, uppers, 0.0), w), 0.0)
-        loss = float(np.sum(np.maximum(q * diff, (q - 1.0) * diff)))
+        combined = combine_quantiles(np.where(ok, uppers, 0.0), w)
+        loss = float(np.sum(np.where(ok, pinball_losses(actual, combined, q), 0.0)))
         if loss < best_loss - 1e-12:
             best, best_loss = w, loss
     return np.asarray(best, dtype=float)
@@ -138,8 +139,7 @@ class Shift:
 
 def _pinball_sum(actual: np.ndarray, upper: np.ndarray, q: float) -> float:
     ok = np.isfinite(actual) & np.isfinite(upper)
-    diff = actual[ok] - upper[ok]
-    return float(np.sum(np.maximum(q * diff, (q - 1.0) * diff)))
+    return float(np.sum(pinball_losses(actual[ok], upper[ok], q)))
 
 
 def _shift_of(actual: np.ndarray, upper: np.ndarray, q: float, scale: str, offset: float) -> float:

@@ -43,6 +43,7 @@ from predictive_scaler.forecasting.logscale import (
     residual_quantiles,
     to_log,
 )
+from predictive_scaler.forecasting.metrics import pinball_losses
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     WalkForwardModel,
@@ -92,11 +93,6 @@ def combine(member_logs: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return np.where(total > 0, summed.sum(axis=1) / np.where(total > 0, total, 1.0), np.nan)
 
 
-def _pinball(actual: np.ndarray, forecast: np.ndarray, q: float) -> np.ndarray:
-    diff = actual - forecast
-    return np.maximum(q * diff, (q - 1.0) * diff)
-
-
 def choose_weights(
     member_logs: np.ndarray, actual_log: np.ndarray, log_offset: float, quantile: float,
     resolution: int = WEIGHT_RESOLUTION,
@@ -120,7 +116,7 @@ def choose_weights(
         y = actual_log[rows, h][:, None]
         shift = np.quantile(y - logs, quantile, axis=0)  # (g,)
         actual = from_log(y, log_offset)
-        loss = _pinball(actual, from_log(logs + shift[None, :], log_offset), quantile).mean(axis=0)
+        loss = pinball_losses(actual, from_log(logs + shift[None, :], log_offset), quantile).mean(axis=0)
         # Ties (e.g. identical members) go to the first grid row: deterministic.
         weights[h] = grid[int(np.argmin(loss))]
     return weights

@@ -343,10 +343,15 @@ def select_on_common_blocks(models: Mapping[str, ModelEvaluation]) -> str | None
     common = [i for i in range(n) if all(i < len(b) and b[i] is not None for b in scored.values())]
 
     def loss(blocks: tuple[float | None, ...]) -> float:
-        use = common or [i for i, v in enumerate(blocks) if v is not None]
-        return float(np.mean([float(blocks[i]) for i in use]))  # type: ignore[arg-type]
+        return mean_block_pinball([blocks[i] for i in common] if common else blocks)
 
     return min(scored, key=lambda name: loss(scored[name]))
+
+
+def mean_block_pinball(blocks: Sequence[float | None]) -> float:
+    """Mean of the blocks' pinball losses that were scored (None: not scored); inf when none was."""
+    scored = [float(v) for v in blocks if v is not None]
+    return float(np.mean(scored)) if scored else math.inf
 
 
 def evaluate(

@@ -57,13 +57,18 @@ def mase(actual: np.ndarray, point: np.ndarray, scale: float | None) -> float | 
     return _finite(m / scale) if m is not None and scale else None
 
 
+def pinball_losses(actual: np.ndarray, forecast: np.ndarray, q: float) -> np.ndarray:
+    """Pinball (quantile) loss of the ``q``-quantile forecast per pair, elementwise (NaN stays NaN)."""
+    diff = np.asarray(actual, dtype=float) - np.asarray(forecast, dtype=float)
+    return np.maximum(q * diff, (q - 1.0) * diff)
+
+
 def pinball(actual: np.ndarray, upper: np.ndarray, q: float) -> float | None:
     """Mean pinball (quantile) loss of the ``q``-quantile forecast; lower is better."""
     a, f = _valid(actual, upper)
     if not a.size:
         return None
-    diff = a - f
-    return _finite(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
+    return _finite(np.mean(pinball_losses(a, f, q)))
 
 
 def normalised_pinball(actual: np.ndarray, upper: np.ndarray, q: float) -> float | None:

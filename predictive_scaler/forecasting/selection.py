@@ -53,6 +53,7 @@ from predictive_scaler.forecasting.evaluation import (
     evaluate,
     evaluate_model,
     horizon_steps,
+    mean_block_pinball,
     model_series,
     planned_fits,
     select,
@@ -301,9 +302,9 @@ def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static
         pairs = [(a, b) for a, b in zip(static.block_pinball, got.block_pinball, strict=True) if a is not None]
         if not pairs or any(b is None for _, b in pairs):
             return None
-        return float(np.mean([float(b) for _, b in pairs]))  # type: ignore[arg-type]
+        return mean_block_pinball([b for _, b in pairs])
 
-    best_rate, best_loss = 0.0, _block_loss(static.block_pinball)
+    best_rate, best_loss = 0.0, mean_block_pinball(static.block_pinball)
     other = loss(0.0, True)
     additive = other is not None and other < best_loss
     if additive and other is not None:
@@ -315,11 +316,6 @@ def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static
         if mine is not None and mine < best_loss:
             best_rate, best_loss = rate, mine
     return best_rate, additive
-
-
-def _block_loss(blocks: Sequence[float | None]) -> float:
-    scored = [float(v) for v in blocks if v is not None]
-    return float(np.mean(scored)) if scored else float("inf")
 
 
 def _combination(
@@ -411,7 +407,7 @@ def crossfit_scores(
 
 def fit_calibrated(
     kind: str, grid: Series, cfg: EvaluationSettings, horizon: timedelta = timedelta(minutes=30),
-    *, additive: bool = False, options: Mapping[str, Mapping[str, Any]] | None = None, static: bool = False,
+    *, additive: bool = False, options: Mapping[str, Mapping[str, Any]] | None = None,
     tracking_rate: float | None = None,
 ) -> tuple[CalibratedModel, float]:
     """What :func:`train_model` serves once ``kind`` is chosen: fitted on ``grid`` (already on the
@@ -423,15 +419,14 @@ def fit_calibrated(
     t0 = time.perf_counter()
     base = registry.forecaster(kind, **dict((options or {}).get(kind) or {})).fit(grid.slice(max(0, fit_end - train), fit_end))
     fit_seconds = time.perf_counter() - t0
-    return calibrated(base, grid, cfg, horizon, additive=additive, static=static,
-                      tracking_rate=tracking_rate), fit_seconds
+    return calibrated(base, grid, cfg, horizon, additive=additive, tracking_rate=tracking_rate), fit_seconds
 
 
 def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
                horizon: timedelta = timedelta(minutes=30), *, additive: bool = False,
-               static: bool = False, tracking_rate: float | None = None) -> CalibratedModel:
+               tracking_rate: float | None = None) -> CalibratedModel:
     """``base`` (fitted before the last calibration window of ``grid``) calibrated on that window
-    (``static``: no coverage tracking; ``tracking_rate``: the tracker's rate, None to choose)."""
+    (``tracking_rate``: the coverage tracker's rate, 0 for static shifts, None to choose)."""
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     fit_end = len(grid) - cal
     window = int(getattr(base, "window_steps", DEFAULT_WINDOW_STEPS))
@@ -445,7 +440,7 @@ def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
         horizon_steps=max(wanted, max_horizon_steps(grid.step_seconds)),
         adaptive=cfg.adaptive_calibration,
         additive=additive,
-        tracking_rate=0.0 if static else tracking_rate,
+        tracking_rate=tracking_rate,
     )
 
 

@@ -305,10 +305,14 @@ def _recent_demand(spec: ScalerSpec, state: PlannerState, seen: _Observed) -> tu
     return kept if seen.value is None else (*kept, (seen.t, seen.value))
 
 
+def _replicas_per_node(spec: ScalerSpec) -> int:
+    """Replicas one node holds (``prewarm.gpusPerNode`` GPUs, at least one replica)."""
+    return max(1, spec.prewarm.gpus_per_node // spec.gpus_per_replica)
+
+
 def _nodes(spec: ScalerSpec, replicas: int) -> int:
-    """Whole nodes ``replicas`` take (``prewarm.gpusPerNode`` GPUs each)."""
-    per_node = max(1, spec.prewarm.gpus_per_node // spec.gpus_per_replica)
-    return -(-replicas // per_node)
+    """Whole nodes ``replicas`` take."""
+    return -(-replicas // _replicas_per_node(spec))
 
 
 def _anchor(view: ForecastView, value: float, at: float, recent: tuple[tuple[float, float], ...],
@@ -463,11 +467,10 @@ def _within_budget(draft: _Draft, want: int) -> int:
 
 def _fill(draft: _Draft, desired: int) -> int:
     """Step 5: ``desired`` raised to fill every GPU of the whole nodes it takes (prewarm.fillNodes), within budget."""
-    per_node = max(1, draft.spec.prewarm.gpus_per_node // draft.spec.gpus_per_replica)
-    full = min(draft.spec.max_replicas, -(-desired // per_node) * per_node)
+    full = min(draft.spec.max_replicas, _nodes(draft.spec, desired) * _replicas_per_node(draft.spec))
     filled = budget_policy.most_within(desired, full, lambda d: draft.fits(d))
     if filled > desired:
-        draft.reasons.append(why.FillNodes(filled, -(-filled // per_node), desired))
+        draft.reasons.append(why.FillNodes(filled, _nodes(draft.spec, filled), desired))
     return filled
 
 
