@@ -22,13 +22,15 @@ _KINDS: dict[str, tuple[str, str, str]] = {
     "seasonal-naive": ("predictive_scaler.forecasting.baselines", "SeasonalNaiveForecaster", "SeasonalNaiveModel"),
     "holt-winters": ("predictive_scaler.forecasting.baselines", "HoltWintersForecaster", "HoltWintersModel"),
     "ensemble": ("predictive_scaler.forecasting.ensemble", "EnsembleForecaster", "EnsembleModel"),
+    "quantile-regression": ("predictive_scaler.forecasting.quantreg", "QuantileRegressionForecaster",
+                            "QuantileRegressionModel"),
     "calibrated": ("predictive_scaler.forecasting.calibration", "", "CalibratedModel"),
     "combination": ("predictive_scaler.forecasting.combination", "", "CombinationModel"),
 }
 
 #: Kinds a user may ask `evaluate --models` / `train` for (calibrated is a wrapper, not a choice).
 FORECASTER_KINDS: tuple[str, ...] = (
-    "arima", "prophet", "persistence", "seasonal-naive", "holt-winters", "ensemble",
+    "arima", "prophet", "persistence", "seasonal-naive", "holt-winters", "ensemble", "quantile-regression",
 )
 
 #: The default candidates, defined once: what `train` and `evaluate` score, what the retraining
