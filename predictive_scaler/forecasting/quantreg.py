@@ -68,6 +68,8 @@ FITTED_HORIZONS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)
 RECENT_STEPS = 12
 #: Hour-of-day harmonics (sine/cosine pairs) of the target step.
 HARMONICS = 3
+#: L1 penalty per training row on the standardised coefficients (shrinks towards persistence).
+PENALTY = 0.01
 #: Training origins per fit at most (thinned evenly).
 MAX_ROWS = 2000
 #: The weekly lags are used when the history holds this much (a week of rows to fit them on).
@@ -76,10 +78,10 @@ WEEK_HISTORY_SECONDS = 14 * DAY
 
 def feature_names(week: bool, harmonics: int) -> tuple[str, ...]:
     """The features, in the order of the stored coefficients."""
-    names = ["intercept", "last", "mean3", "mean6", "mean12", "max12", "volatility",
-             "day_target", "day_origin"]
+    names = ["intercept", "last", "mean3-last", "mean6-last", "mean12-last", "max12-last", "volatility",
+             "day_target-last", "day_origin-last"]
     if week:
-        names += ["week_target", "week_origin"]
+        names += ["week_target-last", "week_origin-last"]
     for k in range(1, harmonics + 1):
         names += [f"sin{k}", f"cos{k}"]
     return tuple(names)
@@ -114,8 +116,8 @@ def _design(look: _Lookup, idx: np.ndarray, first_abs: int, step: int, horizons:
     last = look.at(idx)
     recent = look.at(idx[:, None] - np.arange(RECENT_STEPS + 1)[None, :])  # (n, 13), newest first
     recent = np.where(np.isfinite(recent), recent, last[:, None])
-    common = [np.ones_like(last), last, recent[:, :3].mean(axis=1), recent[:, :6].mean(axis=1),
-              recent[:, :RECENT_STEPS].mean(axis=1), recent[:, :RECENT_STEPS].max(axis=1),
+    common = [np.ones_like(last), last, recent[:, :3].mean(axis=1) - last, recent[:, :6].mean(axis=1) - last,
+              recent[:, :RECENT_STEPS].mean(axis=1) - last, recent[:, :RECENT_STEPS].max(axis=1) - last,
               np.abs(np.diff(recent, axis=1)).mean(axis=1)]
     day = max(1, DAY // step)
 
@@ -128,9 +130,9 @@ def _design(look: _Lookup, idx: np.ndarray, first_abs: int, step: int, horizons:
     out = []
     for h in horizons:
         day_target = lag(idx + h - day, last)
-        cols = [*common, day_target, day_origin]
+        cols = [*common, day_target - last, day_origin - last]
         if week_origin is not None:
-            cols += [lag(idx + h - 7 * day, day_target), week_origin]
+            cols += [lag(idx + h - 7 * day, day_target) - last, week_origin - last]
         phase = 2 * np.pi * (((first_abs + idx + h) * step) % DAY) / DAY
         for k in range(1, harmonics + 1):
             cols += [np.sin(k * phase), np.cos(k * phase)]
@@ -138,12 +140,24 @@ def _design(look: _Lookup, idx: np.ndarray, first_abs: int, step: int, horizons:
     return np.stack(out)
 
 
-def _pinball_fit(x: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
-    """Coefficients minimising the pinball loss at ``q`` of ``y ~ x``: the dual linear programme
+def _pinball_fit(x: np.ndarray, y: np.ndarray, q: float, penalty: float) -> np.ndarray:
+    """Coefficients minimising the pinball loss at ``q`` of ``y ~ x`` plus ``penalty`` times the L1
+    norm of the standardised coefficients (all but the intercept, column 0), so a short history
+    shrinks the model towards persistence rather than fitting its noise.
+
+    The penalty is exact as two pseudo-rows per feature (``±penalty sd_j e_j``, target 0: their
+    pinball is ``penalty sd_j |beta_j|`` whatever ``q``). The fit is the dual linear programme
     (maximise y'a subject to x'a = (1 - q) x'1, 0 <= a <= 1), whose equality duals are the
     coefficients; HiGHS' dual simplex solves it in milliseconds for a few thousand rows."""
     from scipy.optimize import linprog
 
+    p = x.shape[1]
+    if penalty > 0 and p > 1:
+        sd = np.maximum(x[:, 1:].std(axis=0), 1e-9)
+        eye = np.zeros((p - 1, p))
+        eye[:, 1:] = np.diag(penalty * sd)
+        x = np.vstack([x, eye, -eye])
+        y = np.concatenate([y, np.zeros(2 * (p - 1))])
     res = linprog(-y, A_eq=x.T, b_eq=(1.0 - q) * x.sum(axis=0), bounds=(0.0, 1.0), method="highs-ds")
     if res.status != 0 or res.eqlin is None:
         raise ModelError(f"quantile regression at {q:g} did not solve ({res.message}); supply more varied history")
@@ -197,7 +211,7 @@ class QuantileRegressionModel(WalkForwardModel):
         x = _design(look, idx, first_abs, self.step_seconds, range(1, horizon_steps + 1),
                     self.week, self.harmonics)  # (h, n, p)
         beta = self._coefficients(horizon_steps)  # (h, L, p)
-        pred = np.einsum("hnp,hlp->nlh", x, beta)  # (n, L, h)
+        pred = look.at(idx)[:, None, None] + np.einsum("hnp,hlp->nlh", x, beta)  # (n, L, h)
         median = pred[:, self.levels.index(0.5), :]
         upper = np.maximum(pred[:, -1, :], median)
         sigma = (upper - median) / statistics.NormalDist().inv_cdf(self.levels[-1])
@@ -266,6 +280,8 @@ class QuantileRegressionForecaster:
 
     max_rows: int = MAX_ROWS
     harmonics: int = HARMONICS
+    #: L1 penalty on the standardised coefficients, per training row.
+    penalty: float = PENALTY
     kind: ClassVar[str] = "quantile-regression"
 
     def fit(self, history: Series) -> QuantileRegressionModel:
@@ -295,14 +311,15 @@ class QuantileRegressionForecaster:
         x_all = _design(look, idx, int(history.start.timestamp()) // step, step, horizons, week, self.harmonics)
         coefs = []
         for x, h in zip(x_all, horizons, strict=True):
-            target = np.where(idx + h < len(history), logy[np.minimum(idx + h, len(history) - 1)], np.nan)
+            ahead = np.where(idx + h < len(history), logy[np.minimum(idx + h, len(history) - 1)], np.nan)
+            target = ahead - x[:, 1]  # the change from the last value
             ok = np.isfinite(target) & np.all(np.isfinite(x), axis=1)
             if ok.sum() < 10 * x.shape[1]:
                 raise InsufficientHistoryError(
                     f"{history.name}: only {int(ok.sum())} usable training rows for quantile regression at "
                     f"{h} step(s) ahead; supply a longer history with fewer gaps"
                 )
-            coefs.append(tuple(tuple(float(v) for v in _pinball_fit(x[ok], target[ok], q)) for q in FITTED_LEVELS))
+            coefs.append(tuple(tuple(float(v) for v in _pinball_fit(x[ok], target[ok], q, self.penalty * ok.sum())) for q in FITTED_LEVELS))
         return QuantileRegressionModel(
             step_seconds=step, log_offset=c, horizons=horizons, levels=FITTED_LEVELS, coefs=tuple(coefs),
             week=week, harmonics=self.harmonics, window=window,
