@@ -4,17 +4,25 @@ Every other candidate forecasts a point and borrows its P95 from a residual
 spread that is the same at every origin; the conformal calibration then shifts
 it by a constant. Here the quantile itself is the model: for each horizon step
 ``h`` and each fitted level ``q`` (the median and the P95) a linear function of
-what is known at the origin ``t`` predicts ``log(y[t+h] + c)`` (the project's
-log scale, :mod:`logscale`), its coefficients minimising the pinball loss at
-``q`` on the training history — a linear programme, solved exactly by HiGHS.
+what is known at the origin ``t`` predicts the change ``log(y[t+h] + c) -
+log(y[t] + c)`` (the project's log scale, :mod:`logscale`), its coefficients
+minimising the pinball loss at ``q`` on the training history plus a light L1
+penalty on the standardised coefficients (:data:`PENALTY` per row: it shrinks
+towards persistence, so a week of history does not fit its noise) — a linear
+programme, solved exactly by HiGHS. The median is fitted on every feature; the
+P95 is the median plus the pinball fit at 0.95 of the median's residuals on
+:data:`WIDTH_FEATURES` only (the tail of a few days of data rests on a few
+dozen exceedances: measured on the bundled traces, fitting it on every feature
+was worse where history is short and no better where it is long).
 
-The features (all on the log scale, forward-filled inside the window a forecast
-reads, so a gap never turns into a zero):
+The features (all on the log scale, as differences from the last value where
+they are levels, forward-filled inside the window a forecast reads, so a gap
+never turns into a zero):
 
-- the last value, the means of the last 3, 6 and 12 steps and the maximum of the last 12;
-- the recent volatility: mean absolute one-step change over the last 12 steps. It lets the
-  P95's distance from the median grow in bursty hours and shrink in calm ones (a *conditional*
-  width, which a constant conformal shift cannot give);
+- the last value itself, the means of the last 3, 6 and 12 steps and the maximum of the last 12;
+- the recent volatility: mean absolute one-step change over the last 12 steps. With the recent
+  maximum it sets the P95's distance from the median, which grows in bursty hours and shrinks in
+  calm ones (a *conditional* width, which a constant conformal shift cannot give);
 - the value one day before the target step and one day before the origin (their difference
   is "how the day went on yesterday"), and the same one week back when the history holds two
   weeks (so the lags are fitted on at least a week of rows);
@@ -70,6 +78,8 @@ RECENT_STEPS = 12
 HARMONICS = 3
 #: L1 penalty per training row on the standardised coefficients (shrinks towards persistence).
 PENALTY = 0.01
+#: Features the P95's distance from the median is regressed on (its conditional width).
+WIDTH_FEATURES: tuple[str, ...] = ("intercept", "max12-last", "volatility")
 #: Training origins per fit at most (thinned evenly).
 MAX_ROWS = 2000
 #: The weekly lags are used when the history holds this much (a week of rows to fit them on).
@@ -165,6 +175,23 @@ def _pinball_fit(x: np.ndarray, y: np.ndarray, q: float, penalty: float) -> np.n
     if not np.all(np.isfinite(beta)):
         raise ModelError(f"quantile regression at {q:g} gave non-finite coefficients; supply more varied history")
     return beta
+
+
+def _fit_levels(x: np.ndarray, y: np.ndarray, penalty: float,
+                width: Sequence[int]) -> tuple[tuple[float, ...], ...]:
+    """Coefficients per level of :data:`FITTED_LEVELS`: the median on every feature, then each
+    higher level as the median plus the pinball fit of the median's residuals on the ``width``
+    columns only — the tail is the noisiest part of the fit (a P95 of a few days rests on a few
+    dozen exceedances), so it gets three coefficients, not all of them; the sum is one linear
+    model on all features, stored as such."""
+    median = _pinball_fit(x, y, 0.5, penalty)
+    resid = y - x @ median
+    out = [median]
+    for q in FITTED_LEVELS[1:]:
+        level = median.copy()
+        level[list(width)] += _pinball_fit(x[:, list(width)], resid, q, penalty)
+        out.append(level)
+    return tuple(tuple(float(v) for v in row) for row in out)
 
 
 def _fitted_horizons(horizon: int) -> tuple[int, ...]:
@@ -309,6 +336,8 @@ class QuantileRegressionForecaster:
         look = _Lookup.of(logy, idx, window)
         horizons = _fitted_horizons(horizon)
         x_all = _design(look, idx, int(history.start.timestamp()) // step, step, horizons, week, self.harmonics)
+        names = feature_names(week, self.harmonics)
+        width = [names.index(n) for n in WIDTH_FEATURES]
         coefs = []
         for x, h in zip(x_all, horizons, strict=True):
             ahead = np.where(idx + h < len(history), logy[np.minimum(idx + h, len(history) - 1)], np.nan)
@@ -319,7 +348,7 @@ class QuantileRegressionForecaster:
                     f"{history.name}: only {int(ok.sum())} usable training rows for quantile regression at "
                     f"{h} step(s) ahead; supply a longer history with fewer gaps"
                 )
-            coefs.append(tuple(tuple(float(v) for v in _pinball_fit(x[ok], target[ok], q, self.penalty * ok.sum())) for q in FITTED_LEVELS))
+            coefs.append(_fit_levels(x[ok], target[ok], self.penalty * ok.sum(), width))
         return QuantileRegressionModel(
             step_seconds=step, log_offset=c, horizons=horizons, levels=FITTED_LEVELS, coefs=tuple(coefs),
             week=week, harmonics=self.harmonics, window=window,
