@@ -17,7 +17,7 @@ from predictive_scaler.series import Series
 
 from .conftest import make_daily
 
-KINDS = ("arima", "persistence", "seasonal-naive", "holt-winters", "calibrated")
+KINDS = ("arima", "persistence", "seasonal-naive", "holt-winters", "quantile-regression", "calibrated")
 DAY = 288
 
 
