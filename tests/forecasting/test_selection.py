@@ -286,6 +286,10 @@ def _crossfit_rows(first: float, second: float, n: int = 400) -> dict[int, np.nd
         # on the other: the pooled choice would be persistence alone; each half's pick counts once.
         pytest.param({"persistence": (1.0, 0.3), "seasonal-naive": (3.0, 1.0)},
                      (("persistence", "seasonal-naive"), (0.5, 0.5)), id="halves-disagree-hedged"),
+        # Persistence right everywhere, the ensemble (the default) is not: its one vote of five
+        # (four parts and the prior) keeps 0.2 of the weight, which it would not as any other kind.
+        pytest.param({"persistence": (1.0, 1.0), "ensemble": (3.0, 3.0)},
+                     (("persistence", "ensemble"), (0.8, 0.2)), id="the-default-keeps-its-vote"),
     ],
 )
 def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors, expected):
