@@ -239,10 +239,7 @@ def train_candidates(
         if kind in models and pinballs:
             pins[kind] = float(np.mean([float(v) for v in pinballs]))  # type: ignore[arg-type]
     selected = min(pins, key=lambda k: pins[k]) if pins else None
-    ranked = sorted(pins, key=lambda k: pins[k])[:MAX_MEMBERS]
-    if DEFAULT_MEMBER in pins and DEFAULT_MEMBER not in ranked:
-        ranked.append(DEFAULT_MEMBER)
-    combo = _combination(ranked, rows, models, cfg)
+    combo = _combination(combination_pool(pins), rows, models, cfg)
     if combo is not None:
         members, weights, combined, horizons = combo
         models[COMBINATION] = combined
@@ -262,6 +259,16 @@ COMBINATION = CombinationModel.kind
 #: forecast protocol (with :data:`combination.PARTS`, against no prior), served 30-minute
 #: normalised pinball: nab_twitter_aapl -0.8 %, nasa_http_1995 +0.7 %, nab_nyc_taxi -1.5 %.
 DEFAULT_MEMBER = "ensemble"
+
+
+def combination_pool(pins: Mapping[str, float]) -> list[str]:
+    """The candidates a combination is searched over, best (lowest ``pins``) first: the best
+    :data:`~predictive_scaler.forecasting.combination.MAX_MEMBERS`, and :data:`DEFAULT_MEMBER`
+    last when it was scored but is not among them."""
+    ranked = sorted(pins, key=lambda k: pins[k])[:MAX_MEMBERS]
+    if DEFAULT_MEMBER in pins and DEFAULT_MEMBER not in ranked:
+        ranked.append(DEFAULT_MEMBER)
+    return ranked
 
 
 def _train_short(

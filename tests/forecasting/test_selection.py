@@ -28,6 +28,7 @@ from predictive_scaler.forecasting.selection import (
     SHORT_SELECTION_METHOD,
     SHORT_TRACKING_RATES,
     _combination,
+    combination_pool,
     promote,
     settings_for_history,
     train_candidates,
@@ -302,6 +303,22 @@ def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors,
         members, weights, model, scores = got
         assert (members, weights) == expected and model.weights == weights
         assert set(scores) == {"10m", "20m", "30m"} and scores["30m"]["pinball"] is not None
+
+
+@pytest.mark.parametrize(
+    ("pins", "expected"),
+    [
+        pytest.param({"arima": 1.0, "ensemble": 1.1, "prophet": 1.2, "persistence": 1.3},
+                     ["arima", "ensemble", "prophet"], id="ensemble-among-the-best-three"),
+        pytest.param({"persistence": 2.0, "arima": 1.0, "prophet": 1.2, "ensemble": 1.5, "holt-winters": 1.1},
+                     ["arima", "holt-winters", "prophet", "ensemble"], id="ensemble-fourth-joins-as-the-default"),
+        pytest.param({"arima": 1.0, "prophet": 1.2, "persistence": 1.3, "holt-winters": 1.1},
+                     ["arima", "holt-winters", "prophet"], id="ensemble-failed-best-three-only"),
+        pytest.param({"arima": 1.0}, ["arima"], id="one-candidate"),
+    ],
+)
+def test_the_combination_pool_is_the_best_three_and_the_default(pins, expected):
+    assert combination_pool(pins) == expected
 
 
 @pytest.mark.parametrize(
