@@ -70,6 +70,48 @@ def test_stable_weights_are_the_mean_of_each_halfs_pick(first, second, pooled, s
     np.testing.assert_allclose(stable_combination(actual, uppers, 0.95), stable)
 
 
+def _draws(seed: int, n: int = 800) -> np.ndarray:
+    return np.exp(np.random.default_rng(seed).normal(0, 0.05, (n, 2)))
+
+
+@pytest.mark.parametrize(
+    ("factors", "prior", "expected"),
+    [
+        # Member 0 right everywhere: every part picks it alone.
+        pytest.param([1.0, 1.5], None, [1.0, 0.0], id="one-right-no-prior"),
+        # ... and the prior (member 1) counts as one more part's vote: 1 / (4 + 1) of the weight.
+        pytest.param([1.0, 1.5], [0.0, 1.0], [0.8, 0.2], id="prior-is-one-vote"),
+        # The prior agrees with every part: it alone.
+        pytest.param([1.0, 1.5], [1.0, 0.0], [1.0, 0.0], id="prior-agrees"),
+    ],
+)
+def test_the_prior_counts_as_one_more_parts_pick(factors, prior, expected):
+    actual = _draws(4)
+    level = np.quantile(actual, 0.95)
+    uppers = np.stack([np.full_like(actual, f * level) for f in factors])
+    got = stable_combination(actual, uppers, 0.95, prior=None if prior is None else np.asarray(prior))
+    np.testing.assert_allclose(got, expected)
+
+
+@pytest.mark.parametrize(
+    "factors",
+    [pytest.param((0.8, 1.3), id="one-low-one-high"), pytest.param((0.9, 1.6), id="slightly-low-far-high")],
+)
+def test_members_that_disagree_combine_no_worse_than_the_best_on_held_out_data(factors):
+    """One member's P95 too low, the other's too high: the weights (chosen on one sample) mix them,
+    and on a fresh sample the mix scores no worse than the better member alone."""
+    from predictive_scaler.forecasting.metrics import pinball_losses
+
+    chosen, held_out = _draws(5), _draws(6)
+    level = np.quantile(np.concatenate([chosen, held_out]), 0.95)
+    uppers = np.stack([np.full_like(chosen, f * level) for f in factors])
+    w = stable_combination(chosen, uppers, 0.95)
+    assert 0.0 < w[0] < 1.0  # a mix, not a winner
+    each = [float(np.mean(pinball_losses(held_out, u, 0.95))) for u in uppers]
+    mixed = float(np.mean(pinball_losses(held_out, combine_quantiles(uppers, w), 0.95)))
+    assert mixed <= min(each)
+
+
 @pytest.mark.parametrize(
     ("factor", "shifted"),
     [

@@ -28,6 +28,7 @@ from predictive_scaler.forecasting.selection import (
     SHORT_SELECTION_METHOD,
     SHORT_TRACKING_RATES,
     _combination,
+    combination_pool,
     promote,
     settings_for_history,
     train_candidates,
@@ -290,6 +291,10 @@ def _crossfit_rows(first: float, second: float, n: int = 400) -> dict[int, np.nd
         # on the other: the pooled choice would be persistence alone; each half's pick counts once.
         pytest.param({"persistence": (1.0, 0.3), "seasonal-naive": (3.0, 1.0)},
                      (("persistence", "seasonal-naive"), (0.5, 0.5)), id="halves-disagree-hedged"),
+        # Persistence right everywhere, the ensemble (the default) is not: its one vote of five
+        # (four parts and the prior) keeps 0.2 of the weight, which it would not as any other kind.
+        pytest.param({"persistence": (1.0, 1.0), "ensemble": (3.0, 3.0)},
+                     (("persistence", "ensemble"), (0.8, 0.2)), id="the-default-keeps-its-vote"),
     ],
 )
 def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors, expected):
@@ -302,6 +307,22 @@ def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors,
         members, weights, model, scores = got
         assert (members, weights) == expected and model.weights == weights
         assert set(scores) == {"10m", "20m", "30m"} and scores["30m"]["pinball"] is not None
+
+
+@pytest.mark.parametrize(
+    ("pins", "expected"),
+    [
+        pytest.param({"arima": 1.0, "ensemble": 1.1, "prophet": 1.2, "persistence": 1.3},
+                     ["arima", "ensemble", "prophet"], id="ensemble-among-the-best-three"),
+        pytest.param({"persistence": 2.0, "arima": 1.0, "prophet": 1.2, "ensemble": 1.5, "holt-winters": 1.1},
+                     ["arima", "holt-winters", "prophet", "ensemble"], id="ensemble-fourth-joins-as-the-default"),
+        pytest.param({"arima": 1.0, "prophet": 1.2, "persistence": 1.3, "holt-winters": 1.1},
+                     ["arima", "holt-winters", "prophet"], id="ensemble-failed-best-three-only"),
+        pytest.param({"arima": 1.0}, ["arima"], id="one-candidate"),
+    ],
+)
+def test_the_combination_pool_is_the_best_three_and_the_default(pins, expected):
+    assert combination_pool(pins) == expected
 
 
 @pytest.mark.parametrize(
