@@ -163,6 +163,11 @@ def test_no_recent_observation_is_an_error_not_a_zero(fitted, data):
         fitted["daily"].forecast(Series(values=values, start=START, step_seconds=300), 6, (0.5, 0.95))
 
 
-def test_too_little_history_is_refused():
-    with pytest.raises(InsufficientHistoryError, match="quantile regression needs"):
-        QuantileRegressionForecaster().fit(make_daily(days=1.5))
+@pytest.mark.parametrize("days", [1.5, 5, 6.9], ids=["day-and-a-half", "five-days", "just-under-a-week"])
+def test_too_little_history_is_refused(days):
+    with pytest.raises(InsufficientHistoryError, match="quantile regression needs at least 7 days"):
+        QuantileRegressionForecaster().fit(make_daily(days=days))
+
+
+def test_a_week_of_history_is_enough():
+    assert QuantileRegressionForecaster().fit(make_daily(days=7.05, seed=2)).levels
