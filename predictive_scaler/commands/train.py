@@ -40,9 +40,13 @@ def run(args: argparse.Namespace) -> int:
 
     from predictive_scaler.commands._flags import check_output, max_missing, positive_duration
     from predictive_scaler.errors import ConfigError, DataError
-    from predictive_scaler.forecasting.evaluation import EvaluationSettings, planned_fits
+    from predictive_scaler.forecasting.evaluation import EvaluationSettings
     from predictive_scaler.forecasting.registry import parse_kinds
-    from predictive_scaler.forecasting.selection import model_series, train_model
+    from predictive_scaler.forecasting.selection import (
+        model_series,
+        planned_training_fits,
+        train_model,
+    )
     from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
     from predictive_scaler.series import format_duration, load_trace, parse_duration
 
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                         timezone=args.timezone, max_missing=max_missing(args))
     horizons = tuple(sorted({h for h in EvaluationSettings().horizons if h <= horizon} | {horizon}))
     settings = EvaluationSettings(quantile=args.quantile, horizons=horizons, min_history=min_history)
-    total = planned_fits(series, kinds, settings)
+    total = planned_training_fits(series, kinds, settings)
     with tqdm(total=total, desc="train", unit="fit", file=sys.stderr, disable=None) as bar:
         result = train_model(series, kinds, args.quantile, horizon, min_history=min_history,
                              settings=settings, progress=bar)

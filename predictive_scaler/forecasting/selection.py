@@ -78,6 +78,7 @@ __all__ = [
     "evaluate",
     "model_series",
     "planned_fits",
+    "planned_training_fits",
     "promote",
     "select",
     "train_model",
@@ -278,7 +279,7 @@ def _train_short(
     """:func:`train_candidates` on short history: the walk-forward choice over daily blocks
     (:data:`SHORT_REFIT`), by pinball loss on the blocks every candidate was scored in; the
     winner calibrated as scores best on the same blocks (:func:`_short_calibration`)."""
-    walk = replace(cfg, tracked_calibration=False, refit_every=SHORT_REFIT)
+    walk = _walk_settings(cfg)
     report = evaluate(grid, kinds, walk, step_seconds=grid.step_seconds, progress=progress, options=options)
     selected = select_on_common_blocks(report.models)
     rate, additive = (0.0, False) if selected is None else _short_calibration(
@@ -300,6 +301,21 @@ def _train_short(
             if not scores[kind].error:
                 scores[kind] = ModelEvaluation(kind, scores[kind].horizons, None, error=f"{kind}: {exc}")
     return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
+
+
+def _walk_settings(cfg: EvaluationSettings) -> EvaluationSettings:
+    """The short-history walk-forward choice's settings: daily refits, static shifts."""
+    return replace(cfg, tracked_calibration=False, refit_every=SHORT_REFIT)
+
+
+def planned_training_fits(series: Series, kinds: Sequence[str], cfg: EvaluationSettings,
+                          step_seconds: int = DEFAULT_MODEL_STEP) -> int:
+    """How many progress updates :func:`train_model` gives (the `train` bar's total): one per
+    candidate on long history; on short history one per candidate and daily block of the
+    walk-forward choice (the winner's final fit is not counted: it is one of them again)."""
+    if short_history(cfg):
+        return planned_fits(series, kinds, _walk_settings(cfg), step_seconds)
+    return len(kinds)
 
 
 def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static: ModelEvaluation,

@@ -29,6 +29,7 @@ from predictive_scaler.forecasting.selection import (
     SHORT_TRACKING_RATES,
     _combination,
     combination_pool,
+    planned_training_fits,
     promote,
     settings_for_history,
     train_candidates,
@@ -128,6 +129,25 @@ def test_short_history_is_chosen_walk_forward_and_calibrated_statically(days, sh
         recent = history.tail(result.model.window_steps)
         np.testing.assert_allclose(every.models[result.kind].forecast(recent, 6, (0.5, 0.95)).values,
                                    result.model.forecast(recent, 6, (0.5, 0.95)).values)
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+
+@pytest.mark.parametrize("days", [7, 17], ids=["short history: daily walk-forward blocks", "long history: one per kind"])
+def test_train_progress_total_matches_the_updates(days):
+    # The `train` bar's total: it undercounted the short-history path's daily refits.
+    history = make_daily(days=days, seed=7)
+    cfg = settings_for_history(history.span)
+    counter = _Counter()
+    train_model(history, FAST, settings=cfg, progress=counter)
+    assert counter.n == planned_training_fits(history, FAST, cfg)
+    assert counter.n > len(FAST) if days == 7 else counter.n == len(FAST)
 
 
 @pytest.mark.parametrize(
