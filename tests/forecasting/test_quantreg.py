@@ -13,6 +13,7 @@ from predictive_scaler.forecasting.metrics import coverage, pinball
 from predictive_scaler.forecasting.quantreg import (
     QuantileRegressionForecaster,
     QuantileRegressionModel,
+    penalty_for,
     width_features,
 )
 from predictive_scaler.forecasting.walkforward import walk_forward
@@ -208,3 +209,19 @@ def test_p95_width_follows_the_hour_of_day_where_recent_volatility_cannot_see_it
         fc = walk_forward(model, series, origins, H, (0.5, 0.95))
         width[name] = float(np.mean(np.log(fc[:, 1, -1]) - np.log(fc[:, 0, -1])))
     assert width["before"] > 1.12 * width["after"], width
+
+
+@pytest.mark.parametrize(("week", "expected"), [(False, 0.01), (True, 0.005)], ids=["under-two-weeks", "two-weeks"])
+def test_penalty_for_history(week, expected):
+    assert penalty_for(week) == expected
+
+
+@pytest.mark.parametrize(("days", "explicit"), [(15, 0.01), (10, 0.005)], ids=["two-weeks", "ten-days"])
+def test_default_penalty_is_the_history_rule(days, explicit):
+    """The default fit equals the fit with the rule's penalty given, and differs from the other one."""
+    history = make_daily(days=days, seed=4, noise=0.1)
+    default = QuantileRegressionForecaster().fit(history)
+    same = QuantileRegressionForecaster(penalty=penalty_for(default.week)).fit(history)
+    other = QuantileRegressionForecaster(penalty=explicit).fit(history)
+    assert default.coefs == same.coefs
+    assert default.coefs != other.coefs
