@@ -13,6 +13,8 @@ from predictive_scaler.forecasting.metrics import coverage, pinball
 from predictive_scaler.forecasting.quantreg import (
     QuantileRegressionForecaster,
     QuantileRegressionModel,
+    penalty_for,
+    width_features,
 )
 from predictive_scaler.forecasting.walkforward import walk_forward
 from predictive_scaler.series import Series
@@ -171,3 +173,55 @@ def test_too_little_history_is_refused(days):
 
 def test_a_week_of_history_is_enough():
     assert QuantileRegressionForecaster().fit(make_daily(days=7.05, seed=2)).levels
+
+
+@pytest.mark.parametrize(
+    ("harmonics", "expected"),
+    [(0, ("intercept", "max12-last", "volatility")),
+     (3, ("intercept", "max12-last", "volatility", "sin1", "cos1"))],
+    ids=["no-harmonics", "hour-of-day"],
+)
+def test_width_features(harmonics, expected):
+    assert width_features(harmonics) == expected
+
+
+def noisy_hour(seed: int, days: float = 21) -> Series:
+    """Calm except for three hours a day (12:00–15:00 UTC, from START at midnight) of large noise."""
+    rng = np.random.default_rng(seed)
+    n = int(days * DAY)
+    hour = (np.arange(n) % DAY) / 12
+    sd = np.where((hour >= 12) & (hour < 15), 0.4, 0.02)
+    return Series(values=100 * np.exp(rng.normal(0.0, sd)), start=START, step_seconds=300, name="noisy-hour")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3], ids=["seed-1", "seed-2", "seed-3"])
+def test_p95_width_follows_the_hour_of_day_where_recent_volatility_cannot_see_it(seed):
+    """Origins in the calm half hour before the noisy hours get a wider P95 at 30 minutes than
+    origins as calm (same recent volatility) whose targets are calm: the width is fitted on the
+    hour too. Measured: ratio 1.21–1.37 on these seeds; 1.01–1.07 with the width fitted on the
+    volatility features alone."""
+    series = noisy_hour(seed)
+    model = QuantileRegressionForecaster().fit(series.slice(0, 10 * DAY))
+    days = np.arange(10, 20) * DAY
+    width = {}
+    for name, first in (("before", 11 * 12 + 6), ("after", 16 * 12)):  # 11:30–11:55, 16:00–16:25
+        origins = (days[:, None] + np.arange(first, first + 6)[None, :]).ravel()
+        fc = walk_forward(model, series, origins, H, (0.5, 0.95))
+        width[name] = float(np.mean(np.log(fc[:, 1, -1]) - np.log(fc[:, 0, -1])))
+    assert width["before"] > 1.12 * width["after"], width
+
+
+@pytest.mark.parametrize(("week", "expected"), [(False, 0.01), (True, 0.005)], ids=["under-two-weeks", "two-weeks"])
+def test_penalty_for_history(week, expected):
+    assert penalty_for(week) == expected
+
+
+@pytest.mark.parametrize(("days", "explicit"), [(15, 0.01), (10, 0.005)], ids=["two-weeks", "ten-days"])
+def test_default_penalty_is_the_history_rule(days, explicit):
+    """The default fit equals the fit with the rule's penalty given, and differs from the other one."""
+    history = make_daily(days=days, seed=4, noise=0.1)
+    default = QuantileRegressionForecaster().fit(history)
+    same = QuantileRegressionForecaster(penalty=penalty_for(default.week)).fit(history)
+    other = QuantileRegressionForecaster(penalty=explicit).fit(history)
+    assert default.coefs == same.coefs
+    assert default.coefs != other.coefs
