@@ -133,6 +133,12 @@ def _f(v: float | None, digits: int = 4) -> str:
     return "–" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
 
 
+def _ratio(v: float | None) -> str:
+    """A ratio to a target of 1 with three decimals: significant digits printed 1.004 as "1"
+    and said "ratio 1 > 1"."""
+    return "–" if v is None or not math.isfinite(v) else f"{v:.3f}"
+
+
 def _m(entry: Mapping[str, Any] | None, key: str, horizon: str = "30m") -> float | None:
     if not entry or entry.get("skipped") or entry.get("error"):
         return None
@@ -148,8 +154,8 @@ def summary_row(name: str, doc: Mapping[str, Any]) -> str:
     return (
         f"| {name} | {', '.join(kinds)} | {_f(_m(served, 'normalised_pinball'))} | {_f(_m(served, 'coverage'), 3)} | "
         f"{best or '–'} | {_f(_m(peer, 'normalised_pinball'))} | {_f(_m(peer, 'coverage'), 3)} | "
-        f"**{_f(doc.get('ratio_to_best_peer'), 3)}** | {doc.get('best_candidate') or '–'} | "
-        f"{_f(doc.get('regret'), 3)} | {_f(served.get('fit_seconds'), 2)} / {_f(served.get('forecast_ms'), 2)} | "
+        f"**{_ratio(doc.get('ratio_to_best_peer'))}** | {doc.get('best_candidate') or '–'} | "
+        f"{_ratio(doc.get('regret'))} | {_f(served.get('fit_seconds'), 2)} / {_f(served.get('forecast_ms'), 2)} | "
         f"{_f(peer.get('fit_seconds') if peer else None, 2)} / {_f(peer.get('forecast_ms') if peer else None, 2)} |"
     )
 
@@ -309,11 +315,11 @@ def main(argv: list[str] | None = None) -> int:
             ratios.append(float(ratio))
         missed = []
         if ratio is None or ratio > 1.0:
-            missed.append(f"ratio {_f(ratio, 3)} > 1")
+            missed.append(f"ratio {_ratio(ratio)} > 1")
         if cov is None or not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
             missed.append(f"coverage {_f(cov, 3)} outside [0.93, 0.97]")
         if regret is None or regret > REGRET_TARGET:
-            missed.append(f"regret {_f(regret, 3)} > {REGRET_TARGET}")
+            missed.append(f"regret {_ratio(regret)} > {REGRET_TARGET}")
         if missed:
             misses.append(f"{name}: {'; '.join(missed)}. Why: {why(doc)}.")
     geo = float(np.exp(np.mean(np.log(ratios)))) if ratios else None
@@ -327,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         "best candidate | regret | served fit s / forecast ms | peer fit s / forecast ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *summary, "",
-        f"Geometric mean of the ratio over {len(ratios)} traces: **{_f(geo, 3)}** "
-        f"(target ≤ {RATIO_GEOMEAN_TARGET}); arithmetic mean {_f(float(np.mean(ratios)) if ratios else None, 3)}.",
+        f"Geometric mean of the ratio over {len(ratios)} traces: **{_ratio(geo)}** "
+        f"(target ≤ {RATIO_GEOMEAN_TARGET}); arithmetic mean {_ratio(float(np.mean(ratios)) if ratios else None)}.",
         "",
     ]
     if misses:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from predictive_scaler.bench.peers import why
+from predictive_scaler.bench.peers import summary_row, why
 
 
 def _doc(served: float, best: float, peer: float, regret: float, coverage: float = 0.95) -> dict[str, Any]:
@@ -42,3 +42,10 @@ def test_the_reason_names_the_cause(served: float, best: float, peer: float, reg
 
 def test_the_reason_is_never_empty() -> None:
     assert why(_doc(0.010, 0.010, 0.011, 1.0)).strip()
+
+
+@pytest.mark.parametrize(("ratio", "shown"), [(1.0042, "1.004"), (0.8957, "0.896"), (None, "–")],
+                         ids=["just-over-one", "under-one", "missing"])
+def test_a_ratio_keeps_the_digits_that_decide_it(ratio: float | None, shown: str) -> None:
+    # "%.3g" printed 1.0042 as "1" and the summary said "ratio 1 > 1".
+    assert summary_row("t", {**_doc(0.01, 0.01, 0.01, 1.0), "ratio_to_best_peer": ratio}).count(f"**{shown}**") == 1
