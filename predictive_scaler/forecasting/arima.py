@@ -29,7 +29,7 @@ import numpy as np
 from scipy.stats import norm
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
-from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, to_log
+from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log
 from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins, memoized_fit
 from predictive_scaler.series import Series
 
@@ -108,8 +108,7 @@ class ArimaForecaster:
         daily_k = int(min(self.daily_harmonics, max(1, steps_per_day // 2 - 1)))
         weekly_k = self.weekly_harmonics if history.span.total_seconds() >= WEEKLY_MIN_SPAN else 0
         c = choose_log_offset(history.values)
-        y = to_log(history.values, c)
-        y[~np.isfinite(history.values)] = np.nan
+        y = observed_log(history.values, c)
         secs = _epoch_seconds(history)
         t_ref = float(secs[-1])
         x = _design(secs, t_ref, daily_k, weekly_k, self.trend)
@@ -173,8 +172,7 @@ class ArimaModel(WalkForwardModel):
         idx = check_origins(series, origins)
         secs = _epoch_seconds(series)
         coef = np.asarray(self.coef)
-        y = to_log(series.values, self.log_offset)
-        y[~np.isfinite(series.values)] = np.nan
+        y = observed_log(series.values, self.log_offset)
         resid = y - _design(secs, self.t_ref, self.daily_k, self.weekly_k, self.trend) @ coef
         last = int(idx.max()) + 1 if idx.size else 0
         mean, var = self._residual_moments(resid[:last], idx, horizon_steps)

@@ -21,8 +21,8 @@ from predictive_scaler.forecasting.logscale import (
     choose_log_offset,
     from_log,
     interpolate_quantiles,
+    observed_log,
     residual_quantiles,
-    to_log,
 )
 from predictive_scaler.forecasting.walkforward import (
     WalkForwardModel,
@@ -81,8 +81,7 @@ class _SpreadModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
-        logy = to_log(series.values, self.log_offset)
-        logy[~np.isfinite(series.values)] = np.nan
+        logy = observed_log(series.values, self.log_offset)
         point = self._log_point(logy, idx, horizon_steps, series)
         rows = np.asarray(self.spread)
         rows = rows[np.minimum(np.arange(horizon_steps), rows.shape[0] - 1)]  # beyond: last row
@@ -142,8 +141,7 @@ class PersistenceForecaster:
 
     def fit(self, history: Series) -> PersistenceModel:
         c = choose_log_offset(history.values)
-        logy = to_log(history.values, c)
-        logy[~np.isfinite(history.values)] = np.nan
+        logy = observed_log(history.values, c)
         horizon = max_horizon_steps(history.step_seconds)
         point = np.repeat(_forward_fill(logy)[:, None], horizon, axis=1)
         spread = _spread_from(point, _future_log_actuals(logy, horizon))
@@ -212,8 +210,7 @@ class SeasonalNaiveForecaster:
                 f"{history.name}: seasonal naive needs more than one day of history; supply more"
             )
         c = choose_log_offset(history.values)
-        logy = to_log(history.values, c)
-        logy[~np.isfinite(history.values)] = np.nan
+        logy = observed_log(history.values, c)
         horizon = max_horizon_steps(history.step_seconds)
         actual = _future_log_actuals(logy, horizon)
         best: tuple[float, int, np.ndarray] | None = None
@@ -393,8 +390,7 @@ class HoltWintersForecaster:
                 f"{need * history.step_seconds / DAY:.1f} days of history; supply more"
             )
         c = choose_log_offset(history.values)
-        logy = to_log(history.values, c)
-        logy[~np.isfinite(history.values)] = np.nan
+        logy = observed_log(history.values, c)
         ok = np.isfinite(logy)
         if ok.sum() < 2 * season:
             raise InsufficientHistoryError(f"{history.name}: too many gaps for Holt-Winters; supply more data")

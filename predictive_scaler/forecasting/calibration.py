@@ -20,7 +20,7 @@ import numpy as np
 
 from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
-from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, to_log
+from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log, to_log
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     check_origins,
@@ -74,8 +74,7 @@ def _with_median(quantiles: Sequence[float]) -> tuple[float, ...]:
 
 def recent_volatility(values: np.ndarray, origins: np.ndarray, log_offset: float, window: int) -> np.ndarray:
     """RMS of the one-step log changes in the ``window`` steps up to each origin (NaN if none)."""
-    logy = to_log(values, log_offset)
-    logy[~np.isfinite(values)] = np.nan
+    logy = observed_log(values, log_offset)
     d2 = np.diff(logy, prepend=np.nan) ** 2
     ok = np.isfinite(d2)
     csum = np.concatenate([[0.0], np.cumsum(np.where(ok, d2, 0.0))])

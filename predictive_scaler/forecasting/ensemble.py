@@ -40,8 +40,8 @@ from predictive_scaler.forecasting.logscale import (
     choose_log_offset,
     from_log,
     interpolate_quantiles,
+    observed_log,
     residual_quantiles,
-    to_log,
 )
 from predictive_scaler.forecasting.metrics import pinball_losses
 from predictive_scaler.forecasting.walkforward import (
@@ -214,7 +214,7 @@ def _member_log_medians(
     out = np.empty((origins.size, len(members), horizon_steps))
     for j, member in enumerate(members):
         med = walk_forward(member, series, origins, horizon_steps, (0.5,))[:, 0, :]
-        out[:, j, :] = np.where(np.isfinite(med), to_log(med, log_offset), np.nan)
+        out[:, j, :] = observed_log(med, log_offset)
     return out
 
 
@@ -276,7 +276,7 @@ class EnsembleForecaster:
             target = origins + h
             inside = target < len(tail)
             actual[inside, h - 1] = tail.values[target[inside]]
-        actual_log = np.where(np.isfinite(actual), to_log(actual, c), np.nan)
+        actual_log = observed_log(actual, c)
         weights = choose_weights(member_logs, actual_log, c, self.quantile, self.resolution)
         residual = actual_log - combine(member_logs, weights)
         spread = tuple(tuple(residual_quantiles(residual[:, h])) for h in range(horizon))

@@ -32,6 +32,12 @@ def to_log(values: np.ndarray, offset: float) -> np.ndarray:
     return np.log(np.maximum(np.asarray(values, dtype=float), 0.0) + offset)
 
 
+def observed_log(values: np.ndarray, offset: float) -> np.ndarray:
+    """:func:`to_log` of observations, every non-finite value (a gap) NaN rather than a number."""
+    values = np.asarray(values, dtype=float)
+    return np.where(np.isfinite(values), to_log(values, offset), np.nan)
+
+
 def from_log(values: np.ndarray, offset: float) -> np.ndarray:
     # Clip before exp so a wild quantile cannot overflow to inf.
     return np.maximum(np.exp(np.minimum(values, 700.0)) - offset, 0.0)

@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
-from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, to_log
+from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log
 from predictive_scaler.forecasting.walkforward import (
     WalkForwardModel,
     check_origins,
@@ -66,7 +66,6 @@ from predictive_scaler.forecasting.walkforward import (
 from predictive_scaler.series import Series
 
 DAY = 86400
-WEEK = 7 * DAY
 #: Version of the stored parameters; an artifact of another version is refused on load.
 FORMAT_VERSION = 1
 #: Levels fitted by pinball loss; every other level comes from the normal shape between them.
@@ -273,8 +272,7 @@ class QuantileRegressionModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
-        logy = to_log(series.values, self.log_offset)
-        logy[~np.isfinite(series.values)] = np.nan
+        logy = observed_log(series.values, self.log_offset)
         look = _Lookup.of(logy, idx, self.window)
         first_abs = int(series.start.timestamp()) // self.step_seconds
         x = _design(look, idx, first_abs, self.step_seconds, range(1, horizon_steps + 1),
@@ -369,8 +367,7 @@ class QuantileRegressionForecaster:
         lag = 7 * day if week else day
         window = lag + RECENT_STEPS + 1
         c = choose_log_offset(history.values)
-        logy = to_log(history.values, c)
-        logy[~np.isfinite(history.values)] = np.nan
+        logy = observed_log(history.values, c)
         first_origin = lag  # every lag inside the history from here on
         usable = len(history) - horizon - first_origin
         if usable < day:
