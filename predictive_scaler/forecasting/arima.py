@@ -30,7 +30,12 @@ from scipy.stats import norm
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
 from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log
-from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins, memoized_fit
+from predictive_scaler.forecasting.walkforward import (
+    WalkForwardModel,
+    check_origins,
+    memoized_fit,
+    shared,
+)
 from predictive_scaler.series import Series
 
 DAY = 86400.0
@@ -170,6 +175,13 @@ class ArimaModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
+        centre, sd = shared(self, series, idx, horizon_steps, lambda: self._log_moments(series, idx, horizon_steps))
+        z = norm.ppf(np.asarray(quantiles, dtype=float))
+        log_q = centre[:, None, :] + z[None, :, None] * sd[:, None, :]
+        return from_log(log_q, self.log_offset)
+
+    def _log_moments(self, series: Series, idx: np.ndarray, horizon_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n, h) mean and standard deviation of log(x + c) 1..h steps after each origin."""
         secs = _epoch_seconds(series)
         coef = np.asarray(self.coef)
         y = observed_log(series.values, self.log_offset)
@@ -178,10 +190,7 @@ class ArimaModel(WalkForwardModel):
         mean, var = self._residual_moments(resid[:last], idx, horizon_steps)
         future = secs[idx][:, None] + self.step_seconds * np.arange(1, horizon_steps + 1)[None, :]
         seasonal = (_design(future.ravel(), self.t_ref, self.daily_k, self.weekly_k, self.trend) @ coef).reshape(future.shape)
-        sd = np.sqrt(np.maximum(var, 0.0))
-        z = norm.ppf(np.asarray(quantiles, dtype=float))
-        log_q = (seasonal + mean)[:, None, :] + z[None, :, None] * sd[:, None, :]
-        return from_log(log_q, self.log_offset)
+        return seasonal + mean, np.sqrt(np.maximum(var, 0.0))
 
     def _residual_moments(
         self, resid: np.ndarray, origins: np.ndarray, horizon_steps: int

@@ -29,6 +29,7 @@ from predictive_scaler.forecasting.walkforward import (
     check_origins,
     max_horizon_steps,
     memoized_fit,
+    shared,
 )
 from predictive_scaler.series import Series
 
@@ -81,8 +82,8 @@ class _SpreadModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
-        logy = observed_log(series.values, self.log_offset)
-        point = self._log_point(logy, idx, horizon_steps, series)
+        point = shared(self, series, idx, horizon_steps, lambda: self._log_point(
+            observed_log(series.values, self.log_offset), idx, horizon_steps, series))
         rows = np.asarray(self.spread)
         rows = rows[np.minimum(np.arange(horizon_steps), rows.shape[0] - 1)]  # beyond: last row
         offsets = interpolate_quantiles(rows, quantiles)  # (k, h)

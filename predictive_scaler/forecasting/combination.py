@@ -49,6 +49,7 @@ from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     WalkForwardModel,
     check_origins,
+    shared_forecasts,
     walk_forward,
 )
 from predictive_scaler.series import Series
@@ -238,7 +239,8 @@ class CombinationModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
-        each = np.stack([walk_forward(m, series, idx, horizon_steps, quantiles) for m in self.members])
+        with shared_forecasts():  # members that hold equal fits (the ensemble's ARIMA) run them once
+            each = np.stack([walk_forward(m, series, idx, horizon_steps, quantiles) for m in self.members])
         combined = combine_quantiles(each, np.asarray(self.weights))
         return combined if self.shift is None else self.shift.apply(combined, quantiles)
 

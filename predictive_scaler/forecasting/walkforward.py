@@ -9,11 +9,13 @@ so an evaluation measures exactly what serving does.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import threading
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -113,6 +115,48 @@ def walk_forward(
         except ModelError:
             continue  # undefined here (e.g. no observations in the window): stays NaN
     return out
+
+
+# -- forecasts shared within one combined forecast ---------------------------------------------
+
+#: Inside :func:`shared_forecasts`: work already done, by (model, series, origins, horizon).
+_SHARED: contextvars.ContextVar[dict[tuple[Any, ...], tuple[Series, Any]] | None] = contextvars.ContextVar(
+    "shared_forecasts", default=None)
+
+
+@contextmanager
+def shared_forecasts() -> Iterator[None]:
+    """Within this block an equal model asked for the same series, origins and horizon again
+    reuses its first answer (:func:`shared`). A combination holds the ensemble and, often, the
+    ensemble's own ARIMA fit as a member too: without this every served forecast ran that ARIMA's
+    Kalman filter twice on the same window. Nested blocks share the outermost one's memo; it is
+    dropped on leaving, so nothing outlives one call."""
+    if _SHARED.get() is not None:
+        yield
+        return
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def shared(model: Hashable, series: Series, origins: np.ndarray, horizon_steps: int,
+           compute: Callable[[], M]) -> M:
+    """``compute()``, or, inside :func:`shared_forecasts`, what it returned for an equal
+    ``model`` (frozen dataclasses compare by their parameters) on this very ``series`` object at
+    the same ``origins`` and ``horizon_steps``. Models are deterministic, so sharing changes
+    nothing but the time; outside the block it always computes."""
+    memo = _SHARED.get()
+    if memo is None:
+        return compute()
+    key = (model, id(series), np.asarray(origins).tobytes(), int(horizon_steps))
+    hit = memo.get(key)
+    if hit is not None and hit[0] is series:
+        return hit[1]  # type: ignore[no-any-return]
+    value = compute()
+    memo[key] = (series, value)  # the series is kept so its id cannot be reused while the memo lives
+    return value
 
 
 # -- fits shared within a training run ----------------------------------------------------------

@@ -90,3 +90,63 @@ def test_an_ensemble_sharing_the_candidates_fits_forecasts_as_a_cold_one(before,
     shared = registry.forecaster("ensemble").fit(history)
     assert shared.to_params() == cold.to_params()
     np.testing.assert_array_equal(_forecasts(shared, series), _forecasts(cold, series))
+
+
+# -- forecasts shared within one combined forecast (walkforward.shared_forecasts) ---------------
+
+def _ensemble_and_its_member(kind, history):
+    clear_fit_memo()
+    single = registry.forecaster(kind).fit(history)
+    ensemble = registry.forecaster("ensemble").fit(history)
+    assert any(m == single for m in ensemble.members)  # the ensemble holds the candidate's own fit
+    return single, ensemble
+
+
+def _counted(monkeypatch, kind):
+    from predictive_scaler.forecasting.arima import ArimaModel
+    from predictive_scaler.forecasting.baselines import HoltWintersModel
+
+    cls, name = {"arima": (ArimaModel, "_log_moments"), "holt-winters": (HoltWintersModel, "_log_point")}[kind]
+    calls = []
+    real = getattr(cls, name)
+    monkeypatch.setattr(cls, name, lambda self, *a: calls.append(1) or real(self, *a))
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["arima", "holt-winters"])
+@pytest.mark.parametrize("origins", [np.array([-1]), np.arange(-150, 0, 7)], ids=["serving", "walk-forward"])
+def test_a_combination_sharing_a_members_fit_forecasts_as_its_members_do_alone(kind, origins, history, monkeypatch):
+    from predictive_scaler.forecasting.calibration import calibrate
+    from predictive_scaler.forecasting.combination import CombinationModel, combine_quantiles
+
+    series = make_daily(days=11, seed=11)
+    single, ensemble = _ensemble_and_its_member(kind, history)
+    members = tuple(calibrate(m, series.slice(0, 10 * DAY), 9 * DAY - 1, horizon_steps=6) for m in (ensemble, single))
+    model = CombinationModel(members=members, weights=(0.4, 0.6))
+    idx = len(series) + origins
+    alone = np.stack([walk_forward(m, series, idx, 6, (0.5, 0.95)) for m in members])
+    calls = _counted(monkeypatch, kind)
+    got = walk_forward(model, series, idx, 6, (0.5, 0.95))
+    np.testing.assert_array_equal(got, combine_quantiles(alone, np.array([0.4, 0.6])))
+    assert len(calls) == 1  # the ensemble's fit and the member's: one pass over the window
+    walk_forward(members[1], series, idx, 6, (0.5, 0.95))
+    assert len(calls) == 2  # outside a combined forecast nothing is kept
+
+
+@pytest.mark.parametrize(
+    "other",
+    [lambda s: s.slice(0, len(s)), lambda s: s.slice(0, len(s) - 1)],
+    ids=["an-equal-copy-of-the-series", "another-series"],
+)
+def test_shared_work_is_keyed_on_the_series_object_and_origins(other, history):
+    from predictive_scaler.forecasting.walkforward import shared, shared_forecasts
+
+    series = make_daily(days=3, seed=2)
+    runs = []
+    with shared_forecasts():
+        first = shared("model", series, np.array([5]), 6, lambda: runs.append(1) or "a")
+        assert shared("model", series, np.array([5]), 6, lambda: "b") == first  # the same call: reused
+        assert shared("model", series, np.array([6]), 6, lambda: "c") == "c"  # other origins
+        assert shared("model", series, np.array([5]), 3, lambda: "d") == "d"  # another horizon
+        assert shared("model", other(series), np.array([5]), 6, lambda: "e") == "e"
+    assert runs == [1]
