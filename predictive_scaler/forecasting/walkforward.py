@@ -151,11 +151,10 @@ def shared(model: Hashable, series: Series, origins: np.ndarray, horizon_steps: 
     if memo is None:
         return compute()
     key = (model, id(series), np.asarray(origins).tobytes(), int(horizon_steps))
-    hit = memo.get(key)
-    if hit is not None and hit[0] is series:
-        return hit[1]  # type: ignore[no-any-return]
+    if key in memo:
+        return memo[key][1]  # type: ignore[no-any-return]
     value = compute()
-    memo[key] = (series, value)  # the series is kept so its id cannot be reused while the memo lives
+    memo[key] = (series, value)  # the series is kept, so its id cannot be reused while the memo lives
     return value
 
 

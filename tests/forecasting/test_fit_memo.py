@@ -138,7 +138,7 @@ def test_a_combination_sharing_a_members_fit_forecasts_as_its_members_do_alone(k
     [lambda s: s.slice(0, len(s)), lambda s: s.slice(0, len(s) - 1)],
     ids=["an-equal-copy-of-the-series", "another-series"],
 )
-def test_shared_work_is_keyed_on_the_series_object_and_origins(other, history):
+def test_shared_work_is_keyed_on_the_series_object_and_origins(other):
     from predictive_scaler.forecasting.walkforward import shared, shared_forecasts
 
     series = make_daily(days=3, seed=2)
