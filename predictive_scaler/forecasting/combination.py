@@ -26,8 +26,17 @@ conformal shift per horizon step of the combined target quantile on the log
 scale or in demand units; the chosen shift moves the quantiles above the median
 (in proportion up to the target quantile) and is stored with the weights.
 
-Only parameters are stored (each member's calibrated parameters, the weights),
-so a forecast depends only on the artifact and the recent window.
+The stored weights are where a forecast starts, not where it ends: with
+:class:`OnlineWeights` each forecast re-weights the members by how they did over
+the last day (:func:`online_weights`), so a member that the calibration week
+favoured but the current regime does not (a holiday, a launch, a quiet weekend)
+loses weight within hours instead of at the next weekly retrain (figures at
+:data:`ONLINE_RATE`). The stored weights stay the prior: the exponent only moves
+weight between members by how much their recent losses differ, and a forecast
+with nothing scored yet (a gap, the start of a series) keeps them.
+
+Only parameters are stored (each member's calibrated parameters, the weights, the
+online rule), so a forecast depends only on the artifact and the recent window.
 """
 
 from __future__ import annotations
@@ -201,14 +210,85 @@ def recalibration(actual: np.ndarray, upper: np.ndarray, q: float, offset: float
     return Shift(q, scale, tuple(float(v) for v in every), offset), shifted
 
 
+#: Online re-weighting's rate: a member whose P95 pinball over the last day is 10 % above the
+#: members' mean has its weight multiplied by exp(-0.4) ≈ 0.67 against one at the mean.
+#: Measured in the forecast protocol (served 30-minute normalised pinball, 2026-12-02), against
+#: the stored weights alone: nab_nyc_taxi 0.005586 → 0.005234 (-6.3 %), nasa_http_1995
+#: 0.03287 → 0.03272 (-0.5 %), nab_twitter_aapl 0.2535 → 0.2540 (+0.2 %). Replayed offline
+#: on the same members before that, 4 was within 0.5 % of the best of 2, 4 and 8 on all three
+#: (8 was 0.3 % better on NASA, worse on the others); a plain mean loss, not divided by the
+#: members' mean at each origin, cost AAPL 0.7 %.
+ONLINE_RATE = 4.0
+#: ... over the origins of this much recent history, one served horizon apart (their targets
+#: do not overlap), whose targets are all observed: one day (three days was worse, measured).
+ONLINE_WINDOW_SECONDS = 86400
+
+
+@dataclass(frozen=True)
+class OnlineWeights:
+    """Each forecast's weights: the stored ones times exp(-``rate`` × each member's mean
+    relative ``quantile`` pinball over the ``origins`` past origins ``steps`` apart (horizon
+    steps 1..``steps`` of each), renormalised (:func:`online_weights`)."""
+
+    rate: float
+    steps: int
+    origins: int
+    quantile: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate) and self.rate > 0) or not (0.0 < self.quantile < 1.0):
+            raise ModelError("combination online weights: rate must be positive and quantile inside (0, 1); "
+                             "retrain the model")
+        if self.steps < 1 or self.origins < 1:
+            raise ModelError("combination online weights: steps and origins must be at least 1; retrain the model")
+
+    @classmethod
+    def for_horizon(cls, horizon_steps: int, step_seconds: int, quantile: float) -> OnlineWeights:
+        """The default rule for a combination serving ``horizon_steps`` at ``step_seconds``."""
+        steps = max(1, horizon_steps)
+        return cls(rate=ONLINE_RATE, steps=steps,
+                   origins=max(1, ONLINE_WINDOW_SECONDS // (steps * step_seconds)), quantile=quantile)
+
+    @property
+    def reach(self) -> int:
+        """How many steps before a forecast's origin the earliest scored origin lies."""
+        return self.steps * self.origins
+
+
+def online_weights(static: np.ndarray, losses: np.ndarray, rate: float) -> np.ndarray:
+    """Per-origin weights (n, m) from the static ones (m,) and ``losses`` (n, m, k): each
+    member's pinball at k past origins of each of n forecasts (NaN: not scored). A past origin
+    counts only where every member was scored; each member's loss there is divided by the
+    members' mean (so a calm day and a burst weigh alike); a forecast with no such origin
+    keeps the static weights."""
+    mean = np.mean(losses, axis=1, keepdims=True)  # (n, 1, k); NaN where any member is missing
+    ok = np.isfinite(mean) & (mean > 0)
+    rel = np.where(ok, losses / np.where(ok, mean, 1.0), 0.0)
+    count = ok.sum(axis=2)  # (n, 1)
+    score = np.where(count > 0, rel.sum(axis=2) / np.maximum(count, 1), 0.0)  # (n, m)
+    raw = static[None, :] * np.exp(-rate * (score - score.min(axis=1, keepdims=True)))
+    return np.asarray(raw / raw.sum(axis=1, keepdims=True), dtype=float)
+
+
+def combine_per_origin(forecasts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """:func:`combine_quantiles` with a weight vector per origin: ``forecasts`` (m, n, ...),
+    ``weights`` (n, m)."""
+    logs = np.log(np.maximum(forecasts, 0.0) + _TINY)
+    w = weights.T.reshape(weights.shape[1], weights.shape[0], *([1] * (forecasts.ndim - 2)))
+    return np.asarray(np.maximum(np.exp(np.sum(w * logs, axis=0)) - _TINY, 0.0))
+
+
 @dataclass(frozen=True, eq=False)
 class CombinationModel(WalkForwardModel):
-    """Calibrated members' quantiles combined with fixed weights (summing to one)."""
+    """Calibrated members' quantiles combined with weights summing to one: fixed, or re-weighted
+    at each forecast by the members' recent pinball (``online``)."""
 
     members: tuple[FittedModel, ...]
     weights: tuple[float, ...]
     #: The combination's own calibration of its combined quantiles (None: none).
     shift: Shift | None = None
+    #: Re-weighting by recent pinball at each forecast (None: the stored weights always).
+    online: OnlineWeights | None = None
     kind: ClassVar[str] = "combination"
 
     def __post_init__(self) -> None:
@@ -225,7 +305,9 @@ class CombinationModel(WalkForwardModel):
 
     @property
     def window_steps(self) -> int:
-        return max(int(getattr(m, "window_steps", DEFAULT_WINDOW_STEPS)) for m in self.members)
+        members = max(int(getattr(m, "window_steps", DEFAULT_WINDOW_STEPS)) for m in self.members)
+        # Online weights score the members at past origins, each with its full window.
+        return members + (0 if self.online is None else self.online.reach)
 
     @property
     def member_kinds(self) -> tuple[str, ...]:
@@ -239,10 +321,39 @@ class CombinationModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
-        with shared_forecasts():  # members that hold equal fits (the ensemble's ARIMA) run them once
-            each = np.stack([walk_forward(m, series, idx, horizon_steps, quantiles) for m in self.members])
-        combined = combine_quantiles(each, np.asarray(self.weights))
+        if self.online is None:
+            with shared_forecasts():  # members that hold equal fits (the ensemble's ARIMA) run them once
+                each = np.stack([walk_forward(m, series, idx, horizon_steps, quantiles) for m in self.members])
+            combined = combine_quantiles(each, np.asarray(self.weights))
+        else:
+            combined = self._online(series, idx, horizon_steps, quantiles)
         return combined if self.shift is None else self.shift.apply(combined, quantiles)
+
+    def _online(self, series: Series, idx: np.ndarray, horizon_steps: int, quantiles: Sequence[float]) -> np.ndarray:
+        """The members forecast once at the served origins and the past ones they are scored at
+        (most coincide: origins one horizon apart are each other's past), then combine per origin."""
+        rule = self.online
+        assert rule is not None
+        k = np.arange(1, rule.origins + 1)
+        past = idx[:, None] - rule.steps * k[None, :]  # (n, k)
+        # Every target of a past origin is observed by the origin it weighs (p + steps <= t), and
+        # each member reads its own window before p, inside the combination's (window_steps).
+        usable = past >= 0
+        union = np.unique(np.concatenate([idx, past[usable]]))
+        qs = tuple(sorted({*quantiles, rule.quantile}))
+        h = max(horizon_steps, rule.steps)
+        with shared_forecasts():
+            each = np.stack([walk_forward(m, series, union, h, qs) for m in self.members])  # (m, u, q, h)
+        served = each[:, np.searchsorted(union, idx)][:, :, [qs.index(q) for q in quantiles], :horizon_steps]
+        # Each member's mean pinball over horizon steps 1..steps at each past origin.
+        upper = each[:, :, qs.index(rule.quantile), : rule.steps]  # (m, u, steps)
+        target = union[:, None] + np.arange(1, rule.steps + 1)[None, :]
+        actual = np.where(target < len(series), series.values[np.minimum(target, len(series) - 1)], np.nan)
+        per_origin = np.mean(pinball_losses(actual[None], upper, rule.quantile), axis=2)  # (m, u); NaN if any
+        rows = np.searchsorted(union, np.where(usable, past, union[0]))
+        losses = np.where(usable[None], per_origin[:, rows], np.nan).transpose(1, 0, 2)  # (n, m, k)
+        weights = online_weights(np.asarray(self.weights), losses, rule.rate)
+        return combine_per_origin(served, weights)
 
     def to_params(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -252,6 +363,9 @@ class CombinationModel(WalkForwardModel):
         if self.shift is not None:
             doc["shift"] = {"quantile": self.shift.quantile, "scale": self.shift.scale,
                             "steps": list(self.shift.steps), "offset": self.shift.offset}
+        if self.online is not None:
+            doc["online"] = {"rate": self.online.rate, "steps": self.online.steps,
+                             "origins": self.online.origins, "quantile": self.online.quantile}
         return doc
 
     @classmethod
@@ -266,9 +380,20 @@ class CombinationModel(WalkForwardModel):
             shift = None if raw is None else Shift(
                 quantile=float(raw["quantile"]), scale=str(raw["scale"]),
                 steps=tuple(float(v) for v in raw["steps"]), offset=float(raw["offset"]))
+            raw = params.get("online")  # absent in artifacts written before online weights: static
+            online = None if raw is None else OnlineWeights(
+                rate=float(raw["rate"]), steps=_whole(raw["steps"]), origins=_whole(raw["origins"]),
+                quantile=float(raw["quantile"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"combination parameters are incomplete or malformed ({exc!r}); retrain") from exc
         if cls.kind in kinds:
             raise ModelError("a combination cannot contain another combination; retrain the model")
         members = tuple(model_from_params(k, p) for k, p in zip(kinds, member_params, strict=True))
-        return cls(members=members, weights=weights, shift=shift)
+        return cls(members=members, weights=weights, shift=shift, online=online)
+
+
+def _whole(value: Any) -> int:
+    """An integer parameter, refusing 2.5 or "6" rather than truncating it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value

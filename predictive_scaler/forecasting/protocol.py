@@ -33,7 +33,6 @@ import numpy as np
 from predictive_scaler.errors import InsufficientHistoryError, ScalerError
 from predictive_scaler.forecasting import peers as peer_module
 from predictive_scaler.forecasting import registry
-from predictive_scaler.forecasting.combination import combine_quantiles
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
@@ -294,9 +293,11 @@ def run_protocol(
         choice = trained.selected
         if trained.combination is not None and all(k in forecasts for k in trained.combination[0]):
             members, weights = trained.combination
-            fc = combine_quantiles(np.stack([forecasts[k] for k in members]), np.asarray(weights))
-            shift = getattr(trained.models[COMBINATION], "shift", None)
-            fc = fc if shift is None else shift.apply(fc, qs)  # its own calibration, as served
+            combined = trained.models[COMBINATION]
+            # Served as the model itself serves: its shift, and its online weights read the
+            # members' pinball at earlier origins, so it is not a mix of the columns above.
+            lo = max(0, s - 1 - int(getattr(combined, "window_steps", DEFAULT_WINDOW_STEPS)))
+            fc = walk_forward(combined, grid.slice(lo, end), origins - lo, h_max, qs)
             choices.append("+".join(f"{k}×{w:.1f}" for k, w in zip(members, weights, strict=True)))
             served.add(actual, fc[:, 0, :], fc[:, k_q, :])
             served.fits.append(trained.fit_seconds[COMBINATION])

@@ -40,6 +40,7 @@ from predictive_scaler.forecasting.calibration import (
 from predictive_scaler.forecasting.combination import (
     MAX_MEMBERS,
     CombinationModel,
+    OnlineWeights,
     combine_quantiles,
     recalibration,
     stable_combination,
@@ -240,7 +241,7 @@ def train_candidates(
         if kind in models and pinballs:
             pins[kind] = float(np.mean([float(v) for v in pinballs]))  # type: ignore[arg-type]
     selected = min(pins, key=lambda k: pins[k]) if pins else None
-    combo = _combination(combination_pool(pins), rows, models, cfg)
+    combo = _combination(combination_pool(pins), rows, models, cfg, horizon)
     if combo is not None:
         members, weights, combined, horizons = combo
         models[COMBINATION] = combined
@@ -364,7 +365,7 @@ def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static
 
 def _combination(
     ranked: Sequence[str], rows: Mapping[str, Mapping[int, np.ndarray]], models: Mapping[str, FittedModel],
-    cfg: EvaluationSettings,
+    cfg: EvaluationSettings, horizon: timedelta,
 ) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]]] | None:
     """The weighted combination of the best ``ranked`` candidates on the cross-fitted forecasts,
     or None when one candidate alone is best there. The weights are
@@ -393,7 +394,10 @@ def _combination(
     offset = float(getattr(models[members[0]], "log_offset", 0.0)) or choose_log_offset(actual[:, -1])
     # Its own shift, chosen two-fold; ``upper`` holds the two-fold shifted P95s that chose it.
     shift, upper = recalibration(actual, combined[:, 1, :], cfg.quantile, offset, steps)
-    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift)
+    step = models[members[0]].step_seconds
+    online = OnlineWeights.for_horizon(horizon_steps(horizon, step) or 1, step, cfg.quantile)
+    model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift,
+                             online=online)
     out: dict[str, dict[str, float | None]] = {}
     labels = {format_duration(h): horizon_steps(h, models[members[0]].step_seconds) for h in cfg.horizons}
     for label, h in labels.items():

@@ -12,12 +12,16 @@ from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.calibration import calibrate
 from predictive_scaler.forecasting.combination import (
     CombinationModel,
+    OnlineWeights,
     Shift,
     choose_combination,
     combine_quantiles,
+    online_weights,
     recalibration,
     stable_combination,
 )
+from predictive_scaler.forecasting.metrics import pinball_losses
+from predictive_scaler.forecasting.walkforward import walk_forward
 
 from .conftest import make_daily
 
@@ -202,3 +206,102 @@ def test_bad_combination_parameters_are_refused(weights, message):
     members = (member,) * (2 if len(weights) == 2 else 1)
     with pytest.raises(ModelError, match=message):
         CombinationModel(members=members, weights=weights)
+
+
+_NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("losses", "expected"),
+    [
+        pytest.param([[1.0, 3.0], [1.0, 3.0]], [0.3, 0.7], id="equal-losses-keep-the-stored-weights"),
+        # relative losses 4/3 and 2/3 at both origins: weights 0.3 e^(-4 * 2/3) : 0.7
+        pytest.param([[2.0, 2.0], [1.0, 1.0]],
+                     [0.3 * np.exp(-8 / 3) / (0.3 * np.exp(-8 / 3) + 0.7),
+                      0.7 / (0.3 * np.exp(-8 / 3) + 0.7)], id="the-worse-member-loses-weight"),
+        # a calm origin and a burst weigh alike: relative losses, not absolute ones
+        pytest.param([[2.0, 200.0], [1.0, 100.0]],
+                     [0.3 * np.exp(-8 / 3) / (0.3 * np.exp(-8 / 3) + 0.7),
+                      0.7 / (0.3 * np.exp(-8 / 3) + 0.7)], id="each-origin-counts-alike"),
+        pytest.param([[_NAN, _NAN], [_NAN, _NAN]], [0.3, 0.7], id="nothing-scored-keeps-the-stored-weights"),
+        # the second origin misses member 0: it is not held against member 1 alone
+        pytest.param([[1.0, _NAN], [1.0, 50.0]], [0.3, 0.7], id="an-origin-missing-a-member-is-skipped"),
+    ],
+)
+def test_online_weights_follow_the_members_recent_relative_pinball(losses, expected):
+    # losses: one row per member, one column per past origin; one forecast
+    got = online_weights(np.array([0.3, 0.7]), np.array([losses]), rate=4.0)
+    np.testing.assert_allclose(got, [expected], rtol=1e-12)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0)
+
+
+def _two_members(days: int = 14):
+    series = make_daily(days=days)
+    members = []
+    for kind in ("persistence", "seasonal-naive"):
+        base = registry.forecaster(kind).fit(series.slice(0, 7 * DAY))
+        members.append(calibrate(base, series.slice(0, 10 * DAY), 7 * DAY - 1, horizon_steps=6))
+    return series, tuple(members)
+
+
+def test_online_combination_weighs_each_forecast_by_the_members_last_day():
+    series, members = _two_members()
+    rule = OnlineWeights.for_horizon(6, series.step_seconds, 0.95)
+    assert (rule.steps, rule.origins) == (6, 48)  # origins 30 minutes apart over one day
+    model = CombinationModel(members=members, weights=(0.3, 0.7), online=rule)
+    t = len(series) - 1
+    got = model.forecast(series, 6, (0.5, 0.95)).values
+    # Recomputed by hand: each member's P95 pinball over steps 1..6 at t - 6k, k = 1..48.
+    past = t - 6 * np.arange(1, 49)
+    rel = []
+    for p in past:
+        loss = [np.mean(pinball_losses(series.values[p + 1: p + 7],
+                                       walk_forward(m, series, np.array([p]), 6, (0.95,))[0, 0], 0.95))
+                for m in members]
+        rel.append(np.array(loss) / np.mean(loss))
+    score = np.mean(rel, axis=0)
+    w = np.array([0.3, 0.7]) * np.exp(-4.0 * score)
+    w /= w.sum()
+    each = np.stack([m.forecast(series, 6, (0.5, 0.95)).values for m in members])
+    np.testing.assert_allclose(got, combine_quantiles(each, w), rtol=1e-9)
+    assert not np.allclose(w, [0.3, 0.7])  # the members did differ over that day
+    static = CombinationModel(members=members, weights=(0.3, 0.7)).forecast(series, 6, (0.5, 0.95)).values
+    assert not np.allclose(got, static)
+
+
+def test_online_combination_serves_what_its_batch_forecasts_and_round_trips():
+    series, members = _two_members()
+    model = CombinationModel(members=members, weights=(0.4, 0.6),
+                             online=OnlineWeights.for_horizon(6, series.step_seconds, 0.95))
+    assert model.window_steps == max(m.window_steps for m in members) + 6 * 48
+    origins = np.arange(len(series) - 120, len(series), 7)
+    batch = walk_forward(model, series, origins, 6, (0.5, 0.95))
+    for i, t in enumerate(origins):
+        served = model.forecast(series.slice(0, t + 1), 6, (0.5, 0.95)).values
+        np.testing.assert_allclose(served, batch[i], rtol=1e-12)
+    rebuilt = registry.model_from_params("combination", json.loads(json.dumps(model.to_params())))
+    assert rebuilt.online == model.online
+    np.testing.assert_array_equal(walk_forward(rebuilt, series, origins, 6, (0.5, 0.95)), batch)
+    # An artifact written before online weights has no "online": it keeps its stored weights.
+    doc = model.to_params()
+    del doc["online"]
+    assert registry.model_from_params("combination", doc).online is None
+
+
+@pytest.mark.parametrize(
+    ("online", "message"),
+    [
+        pytest.param({"rate": 0.0, "steps": 6, "origins": 48, "quantile": 0.95}, "rate must be positive",
+                     id="zero-rate"),
+        pytest.param({"rate": 4.0, "steps": 0, "origins": 48, "quantile": 0.95}, "at least 1", id="no-steps"),
+        pytest.param({"rate": 4.0, "steps": 6, "origins": 48, "quantile": 1.5}, "quantile inside", id="bad-quantile"),
+        pytest.param({"rate": 4.0, "steps": 6.5, "origins": 48, "quantile": 0.95}, "malformed", id="fractional-steps"),
+        pytest.param({"rate": 4.0, "steps": 6, "quantile": 0.95}, "malformed", id="missing-origins"),
+    ],
+)
+def test_bad_online_weight_parameters_are_refused(online, message):
+    series, members = _two_members(days=12)
+    doc = CombinationModel(members=members, weights=(0.5, 0.5)).to_params()
+    doc["online"] = online
+    with pytest.raises(ModelError, match=message):
+        registry.model_from_params("combination", doc)

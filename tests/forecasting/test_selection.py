@@ -12,6 +12,7 @@ import pytest
 
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
 from predictive_scaler.forecasting import registry, selection
+from predictive_scaler.forecasting.combination import ONLINE_RATE, OnlineWeights
 from predictive_scaler.forecasting.evaluation import (
     EvaluationSettings,
     ModelEvaluation,
@@ -320,12 +321,14 @@ def _crossfit_rows(first: float, second: float, n: int = 400) -> dict[int, np.nd
 def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors, expected):
     models = {k: registry.forecaster(k).fit(series.slice(0, 7 * 288)) for k in factors}
     rows = {k: _crossfit_rows(*f) for k, f in factors.items()}
-    got = _combination(tuple(factors), rows, models, EvaluationSettings())
+    got = _combination(tuple(factors), rows, models, EvaluationSettings(), timedelta(minutes=30))
     if expected is None:
         assert got is None
     else:
         members, weights, model, scores = got
         assert (members, weights) == expected and model.weights == weights
+        # Served with online weights over the last day, origins one 30-minute horizon apart.
+        assert model.online == OnlineWeights(rate=ONLINE_RATE, steps=6, origins=48, quantile=0.95)
         assert set(scores) == {"10m", "20m", "30m"} and scores["30m"]["pinball"] is not None
 
 
