@@ -35,6 +35,8 @@ from predictive_scaler.errors import BudgetError, ConfigError, did_you_mean
 DEFAULT_MODEL_STEP = 300
 #: History handed to a model that does not say how much it reads: a week covers weekly seasonality.
 DEFAULT_RECENT_WINDOW_SECONDS = 7 * 86400
+#: The most recent history a forecast is handed, whether the spec or the served model asks for it.
+MAX_RECENT_WINDOW_SECONDS = 30 * 86400
 
 DemandKind = Literal["requests", "dcgm-busy-gpus"]
 Mode = Literal["forecast-only", "scale", "keda"]
@@ -426,7 +428,7 @@ class ModelRef(_Settings):
     recent_window_seconds: int | None = field(default=None, metadata=_m(
         "Recent history handed to the model at each forecast. Unset: the window the served model reads "
         "(e.g. a week for a weekly seasonal model), or 7 days when the model does not say.",
-        minimum=600, maximum=30 * 86400))
+        minimum=600, maximum=MAX_RECENT_WINDOW_SECONDS))
 
 
 def parse_rfc3339(text: str, key: str) -> datetime:

@@ -43,7 +43,7 @@ from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.demand import demand_history
 from predictive_scaler.sources.history import PrometheusMetrics
 from predictive_scaler.sources.prometheus import PrometheusSource
-from predictive_scaler.spec import DEFAULT_RECENT_WINDOW_SECONDS, ScalerSpec, Toleration
+from predictive_scaler.spec import MAX_RECENT_WINDOW_SECONDS, ScalerSpec, Toleration
 
 
 @dataclass(frozen=True)
@@ -240,14 +240,15 @@ class StoreModelPort:
     @property
     def window_steps(self) -> int | None:
         """How many recent steps the reconciler pulls for the model: what it reads (``recent.tail(window_steps)``,
-        one day for the two-stage ARIMA), capped at the default 7-day window it was handed before — so the
-        forecast is the one a 7-day pull gives, from less history. None (no model, or one that does not
-        say how much it reads): the default window."""
+        one day for the two-stage ARIMA, more than a week for a combination whose online weights score its
+        members over the last day), up to :data:`MAX_RECENT_WINDOW_SECONDS` — so the forecast is the one
+        the backtest makes from all of history, from no more than the model reads. None (no model, or one
+        that does not say how much it reads): the default window."""
         model = self.model
         steps = getattr(model, "window_steps", None)
         if model is None or not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
             return None
-        return min(steps, DEFAULT_RECENT_WINDOW_SECONDS // int(model.step_seconds))
+        return min(steps, MAX_RECENT_WINDOW_SECONDS // int(model.step_seconds))
 
     @property
     def trained_until(self) -> datetime | None:
