@@ -334,6 +334,8 @@ class CombinationModel(WalkForwardModel):
         (most coincide: origins one horizon apart are each other's past), then combine per origin."""
         rule = self.online
         assert rule is not None
+        if idx.size == 0:
+            return np.empty((0, len(quantiles), horizon_steps))
         k = np.arange(1, rule.origins + 1)
         past = idx[:, None] - rule.steps * k[None, :]  # (n, k)
         # Every target of a past origin is observed by the origin it weighs (p + steps <= t), and

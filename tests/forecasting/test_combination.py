@@ -279,6 +279,7 @@ def test_online_combination_serves_what_its_batch_forecasts_and_round_trips():
     for i, t in enumerate(origins):
         served = model.forecast(series.slice(0, t + 1), 6, (0.5, 0.95)).values
         np.testing.assert_allclose(served, batch[i], rtol=1e-12)
+    assert walk_forward(model, series, np.array([], dtype=int), 6, (0.5, 0.95)).shape == (0, 2, 6)
     rebuilt = registry.model_from_params("combination", json.loads(json.dumps(model.to_params())))
     assert rebuilt.online == model.online
     np.testing.assert_array_equal(walk_forward(rebuilt, series, origins, 6, (0.5, 0.95)), batch)
