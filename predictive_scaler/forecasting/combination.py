@@ -71,10 +71,17 @@ RESOLUTION = 10
 _TINY = 1e-9
 
 
+def _logs(forecasts: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(forecasts, 0.0) + _TINY)
+
+
+def _from_logs(mean_log: np.ndarray) -> np.ndarray:
+    return np.asarray(np.maximum(np.exp(mean_log) - _TINY, 0.0))
+
+
 def combine_quantiles(forecasts: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Weighted geometric mean over axis 0 of (m, ...) non-negative forecasts."""
-    logs = np.log(np.maximum(forecasts, 0.0) + _TINY)
-    return np.asarray(np.maximum(np.exp(np.tensordot(weights, logs, axes=1)) - _TINY, 0.0))
+    return _from_logs(np.tensordot(weights, _logs(forecasts), axes=1))
 
 
 def choose_combination(actual: np.ndarray, uppers: np.ndarray, q: float,
@@ -273,9 +280,8 @@ def online_weights(static: np.ndarray, losses: np.ndarray, rate: float) -> np.nd
 def combine_per_origin(forecasts: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """:func:`combine_quantiles` with a weight vector per origin: ``forecasts`` (m, n, ...),
     ``weights`` (n, m)."""
-    logs = np.log(np.maximum(forecasts, 0.0) + _TINY)
     w = weights.T.reshape(weights.shape[1], weights.shape[0], *([1] * (forecasts.ndim - 2)))
-    return np.asarray(np.maximum(np.exp(np.sum(w * logs, axis=0)) - _TINY, 0.0))
+    return _from_logs(np.sum(w * _logs(forecasts), axis=0))
 
 
 @dataclass(frozen=True, eq=False)

@@ -399,7 +399,7 @@ def _combination(
     model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift,
                              online=online)
     out: dict[str, dict[str, float | None]] = {}
-    labels = {format_duration(h): horizon_steps(h, models[members[0]].step_seconds) for h in cfg.horizons}
+    labels = {format_duration(h): horizon_steps(h, step) for h in cfg.horizons}
     for label, h in labels.items():
         if h is None or h not in steps:
             out[label] = dict.fromkeys(METRIC_NAMES)

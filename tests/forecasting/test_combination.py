@@ -168,13 +168,18 @@ def test_a_shift_moves_upper_quantiles_in_proportion_and_keeps_their_order(scale
     np.testing.assert_allclose(got[0, 2], np.maximum.reduce([p95, p60, np.full(3, 100.0)]))
 
 
-def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
-    series = make_daily(days=12)
+def _two_members(days: int = 14):
+    series = make_daily(days=days)
     members = []
     for kind in ("persistence", "seasonal-naive"):
         base = registry.forecaster(kind).fit(series.slice(0, 7 * DAY))
         members.append(calibrate(base, series.slice(0, 10 * DAY), 7 * DAY - 1, horizon_steps=6))
-    model = CombinationModel(members=tuple(members), weights=(0.3, 0.7))
+    return series, tuple(members)
+
+
+def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
+    series, members = _two_members(days=12)
+    model = CombinationModel(members=members, weights=(0.3, 0.7))
     recent = series.tail(model.window_steps)
     got = model.forecast(recent, 6, (0.5, 0.95)).values
     each = np.stack([m.forecast(recent.tail(m.window_steps), 6, (0.5, 0.95)).values for m in members])
@@ -182,7 +187,7 @@ def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
     rebuilt = registry.model_from_params("combination", json.loads(json.dumps(model.to_params())))
     np.testing.assert_allclose(rebuilt.forecast(recent, 6, (0.5, 0.95)).values, got)
     # With its own shift: applied to the combined quantiles, and stored.
-    shifted = CombinationModel(members=tuple(members), weights=(0.3, 0.7),
+    shifted = CombinationModel(members=members, weights=(0.3, 0.7),
                                shift=Shift(quantile=0.95, scale="log", steps=(-0.1,) * 6, offset=1.0))
     moved = shifted.forecast(recent, 6, (0.5, 0.95)).values
     np.testing.assert_allclose(moved[0], got[0])
@@ -233,15 +238,6 @@ def test_online_weights_follow_the_members_recent_relative_pinball(losses, expec
     got = online_weights(np.array([0.3, 0.7]), np.array([losses]), rate=4.0)
     np.testing.assert_allclose(got, [expected], rtol=1e-12)
     np.testing.assert_allclose(got.sum(axis=1), 1.0)
-
-
-def _two_members(days: int = 14):
-    series = make_daily(days=days)
-    members = []
-    for kind in ("persistence", "seasonal-naive"):
-        base = registry.forecaster(kind).fit(series.slice(0, 7 * DAY))
-        members.append(calibrate(base, series.slice(0, 10 * DAY), 7 * DAY - 1, horizon_steps=6))
-    return series, tuple(members)
 
 
 def test_online_combination_weighs_each_forecast_by_the_members_last_day():
