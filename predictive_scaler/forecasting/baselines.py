@@ -338,17 +338,20 @@ def _hw_filter(
     start = int(first[0])
     level = y[start] - season[ph[start]]
     trend = 0.0
-    for t in range(start, n):
-        p = ph[t]
+    levels, trends, seasons = [], [], []  # Python lists: a numpy item store per step costs more than the step
+    for p, v in zip(ph[start:], y[start:], strict=True):
         predicted = level + phi * trend
-        v = y[t]
         err = v - predicted - season[p] if v == v else 0.0  # NaN: no update
         level = predicted + alpha * err
         trend = phi * trend + beta * err
-        season[p] += gamma * err
-        level_out[t] = level
-        trend_out[t] = trend
-        season_after[t] = season[p]
+        after = season[p] + gamma * err
+        season[p] = after
+        levels.append(level)
+        trends.append(trend)
+        seasons.append(after)
+    level_out[start:] = levels
+    trend_out[start:] = trends
+    season_after[start:] = seasons
     return level_out, trend_out, season_after
 
 

@@ -304,25 +304,27 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
 def _track_few(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: np.ndarray,
                quantiles: np.ndarray, window: int) -> np.ndarray:
     """:func:`track_shifts` for one or two origins (serving) in plain Python: the same
-    arithmetic in the same order, without numpy's per-call overhead on tiny arrays."""
+    arithmetic in the same order, without numpy's per-call overhead on tiny arrays.
+
+    Each (quantile, step) lane is an independent recursion over the issue steps, so it runs
+    lane by lane over one column; a lane whose step is zero (the untracked median) never
+    moves and is not replayed."""
     k, h_max = static.shape
-    alpha = [1.0 - float(q) for q in quantiles]
-    steps = eta.tolist()
-    out = np.empty((first.size, k, h_max))
+    out = np.repeat(static[None].astype(float), first.size, axis=0)
     for i, t in enumerate(int(v) for v in first):
-        theta = static.tolist()
         lo = max(0, t - window)
-        rows = scores[lo:t].tolist()
-        for offset, row in enumerate(rows):
-            j = lo + offset
-            seen = min(h_max, t - j)
-            for a in range(k):
-                th, st, r, al = theta[a], steps[a], row[a], alpha[a]
-                for b in range(seen):
-                    v = r[b]
+        for a in range(k):
+            al = 1.0 - float(quantiles[a])
+            for b in range(h_max):
+                step = float(eta[a, b])
+                if step == 0.0:
+                    continue
+                th = float(static[a, b])
+                # The forecast issued at step j for j + b + 1 is observed by t when j < t - b.
+                for v in scores[lo:max(lo, t - b), a, b].tolist():
                     if v == v:  # not NaN
-                        th[b] += st[b] * ((1.0 if v > th[b] else 0.0) - al)
-        out[i] = theta
+                        th += step * ((1.0 if v > th else 0.0) - al)
+                out[i, a, b] = th
     return out
 
 

@@ -7,7 +7,12 @@ import pytest
 
 from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting import registry
-from predictive_scaler.forecasting.calibration import CalibratedModel, calibrate, conformal_quantile
+from predictive_scaler.forecasting.calibration import (
+    CalibratedModel,
+    calibrate,
+    conformal_quantile,
+    track_shifts,
+)
 from predictive_scaler.forecasting.metrics import coverage, pinball
 from predictive_scaler.forecasting.walkforward import walk_forward
 
@@ -118,6 +123,31 @@ def test_adaptive_calibration_widens_in_volatile_hours():
     assert result[True][0] > 1.5 * result[False][0]  # the interval tracks the regime
     assert result[True][1] < result[False][1]  # and pays off in pinball loss
     assert result[True][2] == pytest.approx(0.95, abs=0.03)
+
+
+@pytest.mark.parametrize(("h_max", "window", "gaps", "median_tracked"), [
+    pytest.param(6, 288, 0.0, False, id="serving-p50-p95"),
+    pytest.param(6, 288, 0.2, False, id="with-gaps"),
+    pytest.param(1, 50, 0.0, True, id="one-step-every-lane-tracked"),
+    pytest.param(6, 400, 0.1, True, id="window-longer-than-the-scores-before-the-origin"),
+])
+def test_serving_tracker_replays_exactly_what_the_batch_tracker_does(h_max, window, gaps, median_tracked):
+    """One or two origins (serving) take the plain-Python path, three or more the numpy one:
+    the shifts are the same numbers, NaN scores and unobserved targets skipped alike."""
+    rng = np.random.default_rng(11)
+    scores = rng.normal(0.0, 0.3, (600, 2, h_max))
+    scores[rng.random(scores.shape) < gaps] = np.nan
+    static = rng.normal(0.0, 0.1, (2, h_max))
+    eta = rng.uniform(0.001, 0.05, (2, h_max))
+    if not median_tracked:
+        eta[0] = 0.0  # the median is not tracked
+    quantiles = np.array([0.5, 0.95])
+    first = np.array([3, 150, 599])
+    batch = track_shifts(scores, first, static, eta, quantiles, window)
+    assert not np.allclose(batch[2], static)  # the tracker moved: the comparison is not vacuous
+    for i in range(first.size):
+        np.testing.assert_array_equal(track_shifts(scores, first[[i]], static, eta, quantiles, window), batch[[i]])
+    np.testing.assert_array_equal(track_shifts(scores, first[:2], static, eta, quantiles, window), batch[:2])
 
 
 @pytest.mark.parametrize("shift", [pytest.param(2.5, id="noise-widens"), pytest.param(0.4, id="noise-narrows")])
