@@ -39,6 +39,7 @@ from predictive_scaler.forecasting.calibration import (
 )
 from predictive_scaler.forecasting.combination import (
     MAX_MEMBERS,
+    MEAN,
     CombinationModel,
     OnlineWeights,
     combine_quantiles,
@@ -383,21 +384,21 @@ def _combination(
     actual = np.column_stack([rows[ranked[0]][h][:, 0] for h in steps])
     uppers = np.stack([np.column_stack([rows[k][h][:, 2] for h in steps]) for k in ranked])
     prior = np.array([k == DEFAULT_MEMBER for k in ranked], dtype=float)
-    w = stable_combination(actual, uppers, cfg.quantile, prior=prior if prior.any() else None)
+    w = stable_combination(actual, uppers, cfg.quantile, prior=prior if prior.any() else None, mean=MEAN)
     if w.max() > 1.0 - 1e-9:
         return None
     keep = [i for i in range(len(ranked)) if w[i] > 0]
     members = tuple(ranked[i] for i in keep)
     weights = tuple(float(w[i]) for i in keep)
     each = np.stack([np.stack([rows[k][h] for h in steps], axis=2) for k in members])  # (m, n, 3, H)
-    combined = combine_quantiles(each[:, :, 1:, :], np.asarray(weights))  # (n, 2, H)
+    combined = combine_quantiles(each[:, :, 1:, :], np.asarray(weights), MEAN)  # (n, 2, H)
     offset = float(getattr(models[members[0]], "log_offset", 0.0)) or choose_log_offset(actual[:, -1])
     # Its own shift, chosen two-fold; ``upper`` holds the two-fold shifted P95s that chose it.
     shift, upper = recalibration(actual, combined[:, 1, :], cfg.quantile, offset, steps)
     step = models[members[0]].step_seconds
     online = OnlineWeights.for_horizon(horizon_steps(horizon, step) or 1, step, cfg.quantile)
     model = CombinationModel(members=tuple(models[k] for k in members), weights=weights, shift=shift,
-                             online=online)
+                             online=online, mean=MEAN)
     out: dict[str, dict[str, float | None]] = {}
     labels = {format_duration(h): horizon_steps(h, step) for h in cfg.horizons}
     for label, h in labels.items():

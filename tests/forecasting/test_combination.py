@@ -197,6 +197,40 @@ def test_combination_forecasts_the_weighted_geometric_mean_and_round_trips():
 
 
 @pytest.mark.parametrize(
+    ("mean", "expected"),
+    [
+        pytest.param("arithmetic", [0.25 * 10.0 + 0.75 * 1000.0], id="arithmetic-follows-the-burst"),
+        pytest.param("geometric", [10.0 ** 0.25 * 1000.0 ** 0.75], id="geometric-pulled-low"),
+    ],
+)
+def test_quantiles_combine_by_the_stored_mean(mean, expected):
+    """One member's P95 jumps with a burst (1000), the other's does not (10)."""
+    got = combine_quantiles(np.array([[10.0], [1000.0]]), np.array([0.25, 0.75]), mean)
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+def test_the_combination_stores_its_mean_and_old_artifacts_stay_geometric():
+    series, members = _two_members(days=12)
+    model = CombinationModel(members=members, weights=(0.3, 0.7), mean="arithmetic",
+                             online=OnlineWeights.for_horizon(6, series.step_seconds, 0.95))
+    recent = series.tail(model.window_steps)
+    got = model.forecast(recent, 6, (0.5, 0.95)).values
+    rebuilt = registry.model_from_params("combination", json.loads(json.dumps(model.to_params())))
+    assert rebuilt.mean == "arithmetic"
+    np.testing.assert_array_equal(rebuilt.forecast(recent, 6, (0.5, 0.95)).values, got)
+    origins = np.arange(len(series) - 60, len(series), 7)
+    batch = walk_forward(model, series, origins, 6, (0.5, 0.95))
+    np.testing.assert_allclose(model.forecast(series.slice(0, int(origins[-1]) + 1), 6, (0.5, 0.95)).values,
+                               batch[-1], rtol=1e-12)
+    doc = model.to_params()
+    del doc["mean"]  # written before the choice: the geometric mean it was trained with
+    old = registry.model_from_params("combination", doc)
+    assert old.mean == "geometric"
+    assert np.all(old.forecast(recent, 6, (0.5, 0.95)).values[1] <= got[1] + 1e-9)  # AM >= GM
+    assert not np.allclose(old.forecast(recent, 6, (0.5, 0.95)).values, got)
+
+
+@pytest.mark.parametrize(
     ("weights", "message"),
     [
         pytest.param((0.5, 0.6), "sum to one", id="not-a-simplex"),
@@ -286,19 +320,24 @@ def test_online_combination_serves_what_its_batch_forecasts_and_round_trips():
 
 
 @pytest.mark.parametrize(
-    ("online", "message"),
+    ("field", "value", "message"),
     [
-        pytest.param({"rate": 0.0, "steps": 6, "origins": 48, "quantile": 0.95}, "rate must be positive",
+        pytest.param("online", {"rate": 0.0, "steps": 6, "origins": 48, "quantile": 0.95}, "rate must be positive",
                      id="zero-rate"),
-        pytest.param({"rate": 4.0, "steps": 0, "origins": 48, "quantile": 0.95}, "at least 1", id="no-steps"),
-        pytest.param({"rate": 4.0, "steps": 6, "origins": 48, "quantile": 1.5}, "quantile inside", id="bad-quantile"),
-        pytest.param({"rate": 4.0, "steps": 6.5, "origins": 48, "quantile": 0.95}, "malformed", id="fractional-steps"),
-        pytest.param({"rate": 4.0, "steps": 6, "quantile": 0.95}, "malformed", id="missing-origins"),
+        pytest.param("online", {"rate": 4.0, "steps": 0, "origins": 48, "quantile": 0.95}, "at least 1",
+                     id="no-steps"),
+        pytest.param("online", {"rate": 4.0, "steps": 6, "origins": 48, "quantile": 1.5}, "quantile inside",
+                     id="bad-quantile"),
+        pytest.param("online", {"rate": 4.0, "steps": 6.5, "origins": 48, "quantile": 0.95}, "malformed",
+                     id="fractional-steps"),
+        pytest.param("online", {"rate": 4.0, "steps": 6, "quantile": 0.95}, "malformed", id="missing-origins"),
+        pytest.param("mean", "median", "not one of", id="unknown-mean"),
+        pytest.param("mean", 1, "malformed", id="mean-not-a-string"),
     ],
 )
-def test_bad_online_weight_parameters_are_refused(online, message):
+def test_bad_online_weight_or_mean_parameters_are_refused(field, value, message):
     series, members = _two_members(days=12)
     doc = CombinationModel(members=members, weights=(0.5, 0.5)).to_params()
-    doc["online"] = online
+    doc[field] = value
     with pytest.raises(ModelError, match=message):
         registry.model_from_params("combination", doc)

@@ -329,6 +329,7 @@ def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors,
         assert (members, weights) == expected and model.weights == weights
         # Served with online weights over the last day, origins one 30-minute horizon apart.
         assert model.online == OnlineWeights(rate=ONLINE_RATE, steps=6, origins=48, quantile=0.95)
+        assert model.mean == "arithmetic"  # new trainings combine their quantiles arithmetically
         assert set(scores) == {"10m", "20m", "30m"} and scores["30m"]["pinball"] is not None
 
 
