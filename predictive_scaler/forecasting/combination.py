@@ -92,11 +92,18 @@ MEANS: tuple[str, ...] = ("arithmetic", "geometric")
 MEAN = "arithmetic"
 
 
+def _to_mean_scale(forecasts: np.ndarray, mean: str) -> np.ndarray:
+    """The scale a ``mean`` (:data:`MEANS`) averages on: demand units, or the log."""
+    return forecasts if mean == "arithmetic" else _logs(forecasts)
+
+
+def _from_mean_scale(averaged: np.ndarray, mean: str) -> np.ndarray:
+    return np.asarray(averaged, dtype=float) if mean == "arithmetic" else _from_logs(averaged)
+
+
 def combine_quantiles(forecasts: np.ndarray, weights: np.ndarray, mean: str = "geometric") -> np.ndarray:
     """Weighted ``mean`` (:data:`MEANS`) over axis 0 of (m, ...) non-negative forecasts."""
-    if mean == "arithmetic":
-        return np.asarray(np.tensordot(weights, forecasts, axes=1), dtype=float)
-    return _from_logs(np.tensordot(weights, _logs(forecasts), axes=1))
+    return _from_mean_scale(np.tensordot(weights, _to_mean_scale(forecasts, mean), axes=1), mean)
 
 
 def choose_combination(actual: np.ndarray, uppers: np.ndarray, q: float,
@@ -297,9 +304,7 @@ def combine_per_origin(forecasts: np.ndarray, weights: np.ndarray, mean: str = "
     """:func:`combine_quantiles` with a weight vector per origin: ``forecasts`` (m, n, ...),
     ``weights`` (n, m)."""
     w = weights.T.reshape(weights.shape[1], weights.shape[0], *([1] * (forecasts.ndim - 2)))
-    if mean == "arithmetic":
-        return np.asarray(np.sum(w * forecasts, axis=0), dtype=float)
-    return _from_logs(np.sum(w * _logs(forecasts), axis=0))
+    return _from_mean_scale(np.sum(w * _to_mean_scale(forecasts, mean), axis=0), mean)
 
 
 @dataclass(frozen=True, eq=False)
