@@ -8,7 +8,9 @@ stored as quantiles on a fixed probability grid (no distributional guess).
 from __future__ import annotations
 
 import math
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -273,12 +275,16 @@ class HoltWintersModel(_SpreadModel):
     def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
         phase = _phase(series, len(self.profile))
         starts = _anchored_starts(series, idx, self.window)
+        # The model's identity for continuing passes: its parameters and the absolute step grid.
+        key = (self.step_seconds, self.alpha, self.beta, self.gamma, self.phi, self.profile)
+        first = int(series.start.timestamp()) // series.step_seconds
         out = np.empty((idx.size, horizon))
         for start in np.unique(starts):  # one pass of the recursion per anchor
             rows = np.flatnonzero(starts == start)
             last = int(idx[rows].max()) + 1
-            level, trend, season_after = _hw_filter(
-                logy[start:last], phase[start:last], self.profile, self.alpha, self.beta, self.gamma, self.phi,
+            level, trend, season_after = HW_RESUME.filter(
+                (*key, first + int(start)), logy[start:last], phase[start:last],
+                self.profile, self.alpha, self.beta, self.gamma, self.phi,
             )
             out[rows] = _hw_point(level, trend, season_after, idx[rows] - start, horizon, phase[start:],
                                   self.profile, self.phi, last - start)
@@ -320,26 +326,60 @@ def _anchored_starts(series: Series, idx: np.ndarray, window: int) -> np.ndarray
     return np.clip(anchor - first, 0, idx)  # never after the origin itself
 
 
+@dataclass(frozen=True)
+class _HWRun:
+    """One finished pass of the recursion: what it read, what it produced, and its final state."""
+
+    observed: np.ndarray
+    level: np.ndarray
+    trend: np.ndarray
+    season_after: np.ndarray
+    final_level: float
+    final_trend: float
+    final_season: tuple[float, ...]
+
+
 def _hw_filter(
     logy: np.ndarray, phase: np.ndarray, profile: Sequence[float],
     alpha: float, beta: float, gamma: float, phi: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run the recursion; returns level, trend and the updated seasonal value after each step."""
+    run = _hw_pass(logy, phase, profile, alpha, beta, gamma, phi)
+    return run.level, run.trend, run.season_after
+
+
+def _hw_pass(
+    logy: np.ndarray, phase: np.ndarray, profile: Sequence[float],
+    alpha: float, beta: float, gamma: float, phi: float,
+) -> _HWRun:
+    """The recursion from the stored profile over ``logy``; it starts at the first observed step."""
     n = logy.size
-    season = list(profile)
     level_out = np.full(n, np.nan)
     trend_out = np.zeros(n)
     season_after = np.full(n, np.nan)
+    season = list(profile)
     first = np.flatnonzero(np.isfinite(logy))
-    if not first.size:
-        return level_out, trend_out, season_after
-    y = logy.tolist()
-    ph = phase.tolist()
-    start = int(first[0])
-    level = y[start] - season[ph[start]]
-    trend = 0.0
+    level, trend = math.nan, 0.0  # not started: nothing observed yet
+    if first.size:
+        start = int(first[0])
+        levels, trends, seasons, level, trend = _hw_steps(
+            logy[start:].tolist(), phase[start:].tolist(), float(logy[start]) - season[int(phase[start])], 0.0,
+            season, alpha, beta, gamma, phi)
+        level_out[start:] = levels
+        trend_out[start:] = trends
+        season_after[start:] = seasons
+    return _HWRun(observed=logy.copy(), level=level_out, trend=trend_out, season_after=season_after,
+                  final_level=level, final_trend=trend, final_season=tuple(season))
+
+
+def _hw_steps(
+    y: list[float], ph: list[int], level: float, trend: float, season: list[float],
+    alpha: float, beta: float, gamma: float, phi: float,
+) -> tuple[list[float], list[float], list[float], float, float]:
+    """The recursion over ``y`` from a state (``season`` is updated in place): per step level,
+    trend and the seasonal value after it, then the final level and trend."""
     levels, trends, seasons = [], [], []  # Python lists: a numpy item store per step costs more than the step
-    for p, v in zip(ph[start:], y[start:], strict=True):
+    for p, v in zip(ph, y, strict=True):
         predicted = level + phi * trend
         err = v - predicted - season[p] if v == v else 0.0  # NaN: no update
         level = predicted + alpha * err
@@ -349,10 +389,63 @@ def _hw_filter(
         levels.append(level)
         trends.append(trend)
         seasons.append(after)
-    level_out[start:] = levels
-    trend_out[start:] = trends
-    season_after[start:] = seasons
-    return level_out, trend_out, season_after
+    return levels, trends, seasons, level, trend
+
+
+class _HWResume:
+    """Passes of the recursion kept for continuation: a forecast a minute after the last one reads
+    the same anchored window plus one new observation, so it runs one step, not a window's worth
+    (the recursion is sequential, so the continued pass is the same floating-point sequence as a
+    pass from the anchor). A pass is continued only when the values it read are, exactly (NaN
+    included), the start of the new ones: a late or corrected sample re-runs the pass from the
+    anchor. Least recently used passes are forgotten beyond ``capacity``."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._runs: OrderedDict[tuple[Any, ...], _HWRun] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._runs.clear()
+
+    def filter(
+        self, key: tuple[Any, ...], logy: np.ndarray, phase: np.ndarray, profile: Sequence[float],
+        alpha: float, beta: float, gamma: float, phi: float,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As :func:`_hw_filter`; ``key`` names the model and the absolute anchor."""
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                self._runs.move_to_end(key)
+        n, seen = logy.size, 0 if run is None else run.observed.size
+        if run is not None and seen >= n and np.array_equal(run.observed[:n], logy, equal_nan=True):
+            return run.level[:n], run.trend[:n], run.season_after[:n]
+        if run is not None and np.isfinite(run.final_level) and np.array_equal(
+                run.observed, logy[:seen], equal_nan=True):
+            season = list(run.final_season)
+            levels, trends, seasons, level, trend = _hw_steps(
+                logy[seen:].tolist(), phase[seen:].tolist(), run.final_level, run.final_trend, season,
+                alpha, beta, gamma, phi)
+            run = _HWRun(
+                observed=logy.copy(),
+                level=np.concatenate((run.level, levels)),
+                trend=np.concatenate((run.trend, trends)),
+                season_after=np.concatenate((run.season_after, seasons)),
+                final_level=level, final_trend=trend, final_season=tuple(season),
+            )
+        else:
+            run = _hw_pass(logy, phase, profile, alpha, beta, gamma, phi)
+        with self._lock:
+            self._runs[key] = run
+            self._runs.move_to_end(key)
+            while len(self._runs) > self.capacity:
+                self._runs.popitem(last=False)
+        return run.level, run.trend, run.season_after
+
+
+#: The passes serving continues (process-wide: models are rebuilt from JSON on every load).
+HW_RESUME = _HWResume()
 
 
 def _hw_point(

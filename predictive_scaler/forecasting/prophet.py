@@ -370,7 +370,9 @@ def _fit_arima(residual: np.ndarray) -> tuple[float, float]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # convergence chatter; the result is checked below
-            res = SARIMAX(residual, order=(1, 1, 1)).fit(disp=False, maxiter=100, cov_type="none")  # no Hessian
+            # The variance concentrated out: two parameters to search, not three (it is not kept).
+            res = SARIMAX(residual, order=(1, 1, 1), concentrate_scale=True).fit(
+                disp=False, maxiter=100, cov_type="none")  # no Hessian
         phi, theta = float(res.params[0]), float(res.params[1])
     except (np.linalg.LinAlgError, ValueError) as exc:
         raise ModelError(f"prophet: the residual ARIMA(1,1,1) failed to fit ({exc}); check the trace for long constant stretches") from exc

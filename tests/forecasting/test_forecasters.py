@@ -207,3 +207,71 @@ def test_holt_winters_season_length_needs_two_whole_seasons(season_days, days, f
     model = forecaster.fit(history)
     assert len(model.profile) == season_days * DAY
     assert np.all(np.isfinite(model.forecast(history, 6, (0.5, 0.95)).values))
+
+
+def _hw_case_grow(y):  # the serving pattern: one more observation each minute
+    return [y[:500], y[:501], y[:502], y[:540]]
+
+
+def _hw_case_shorter(y):  # an earlier end after a later one: the stored pass is cut, not re-run
+    return [y[:540], y[:500]]
+
+
+def _hw_case_corrected(y):  # a late or corrected sample inside what was read: a pass from the anchor
+    fixed = y.copy()
+    fixed[200] += 0.5
+    return [y[:500], fixed[:501]]
+
+
+def _hw_case_gap_then_data(y):  # nothing observed yet, then observations
+    gap = y.copy()
+    gap[:300] = np.nan
+    return [gap[:250], gap[:400], gap[:401]]
+
+
+def _hw_case_nan_tail(y):  # a missing newest sample, then it arrives
+    tail = y[:501].copy()
+    tail[500] = np.nan
+    return [tail, np.r_[tail, y[501]], y[:502]]
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [_hw_case_grow, _hw_case_shorter, _hw_case_corrected, _hw_case_gap_then_data, _hw_case_nan_tail],
+    ids=["grows-by-one", "shorter-after-longer", "corrected-sample", "gap-then-data", "nan-newest-sample"],
+)
+@pytest.mark.parametrize("capacity", [64, 0], ids=["kept", "nothing-kept"])
+def test_continued_holt_winters_pass_is_the_pass_from_the_anchor(requests, capacity):
+    """Serving continues the last pass of the recursion instead of re-running the window: every
+    answer is bit-identical to a fresh pass over the same values, whatever came before it."""
+    from predictive_scaler.forecasting.baselines import _hw_filter, _HWResume
+
+    rng = np.random.default_rng(5)
+    steps = np.arange(600)
+    y = np.log1p(50 + 20 * np.sin(2 * np.pi * steps / 96) + rng.normal(0, 2, steps.size))
+    profile = tuple(0.1 * np.sin(2 * np.pi * np.arange(96) / 96))
+    phase = steps % 96
+    params = (0.3, 0.01, 0.1, 0.9)
+    resume = _HWResume(capacity=capacity)
+    for logy in requests(y):
+        got = resume.filter(("m", 0), logy, phase[: logy.size], profile, *params)
+        want = _hw_filter(logy, phase[: logy.size], profile, *params)
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape
+            assert np.array_equal(g, w, equal_nan=True)
+    assert len(resume._runs) == min(capacity, 1)
+
+
+def test_holt_winters_passes_are_kept_per_model_and_anchor_and_bounded():
+    """Two models or two anchors never share a pass; the least recently used is forgotten."""
+    from predictive_scaler.forecasting.baselines import _hw_filter, _HWResume
+
+    y = np.log1p(np.linspace(10, 20, 300))
+    phase = np.arange(300) % 24
+    resume = _HWResume(capacity=2)
+    a = resume.filter(("a", 0), y, phase, (0.0,) * 24, 0.3, 0.0, 0.1, 0.9)
+    b = resume.filter(("b", 0), y, phase, (0.0,) * 24, 0.6, 0.0, 0.1, 0.9)
+    assert not np.array_equal(a[0], b[0])
+    np.testing.assert_array_equal(b[0], _hw_filter(y, phase, (0.0,) * 24, 0.6, 0.0, 0.1, 0.9)[0])
+    resume.filter(("a", 72), y, phase, (0.0,) * 24, 0.3, 0.0, 0.1, 0.9)
+    assert list(resume._runs) == [("b", 0), ("a", 72)]
