@@ -189,10 +189,11 @@ class ArimaModel(WalkForwardModel):
         """(n, h) mean and standard deviation of log(x + c) 1..h steps after each origin."""
         secs = _epoch_seconds(series)
         coef = np.asarray(self.coef)
-        # The filter starts one window before the earliest origin, not at the start of what the
-        # caller handed over: it forgets its start within hours (|MA| <= MA_LIMIT), and a served
-        # forecast then filters a day and its past origins rather than the longest member's window.
-        lo = max(0, int(idx.min()) - self.window) if idx.size else 0
+        # The filter starts two windows before the earliest origin, not at the start of what the
+        # caller handed over: at |MA| <= MA_LIMIT it forgets its start as 0.95^steps (2e-13 after two
+        # days at 5 minutes; one window, 4e-7, let a batch and a served forecast differ by 2e-9), and
+        # a served forecast filters two days and its past origins, not the longest member's window.
+        lo = max(0, int(idx.min()) - 2 * self.window) if idx.size else 0
         last = int(idx.max()) + 1 if idx.size else 0
         y = observed_log(series.values[lo:last], self.log_offset)
         resid = y - _design(secs[lo:last], self.t_ref, self.daily_k, self.weekly_k, self.trend) @ coef
