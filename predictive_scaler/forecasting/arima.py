@@ -17,7 +17,10 @@ from new points.
 Only parameters are kept (regression coefficients, ARIMA parameters, the log
 offset). A forecast re-filters the last day of residuals with those fixed
 parameters: cheap, deterministic, and derived only from the artifact and the
-observations, so a restarted controller gets the same forecast.
+observations, so a restarted controller gets the same forecast. Where the filter
+has long reached its steady state (no gap in the window, an invertible MA) the
+filtering is one linear recursion instead of statsmodels' Kalman pass
+(:func:`steady_state_moments`: the same moments, ~10× cheaper).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy.signal import lfilter
 from scipy.stats import norm
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
@@ -58,6 +62,10 @@ WEEKLY_MIN_SPAN = 8 * DAY
 MA_LIMIT = 0.95
 #: Ridge penalty keeping the regression stable when harmonics are nearly collinear.
 RIDGE = 1e-6
+#: A forecast takes the steady-state path (:func:`steady_state_moments`) when the recursion has
+#: run long enough before every origin for its start to weigh less than this, relative: the
+#: order of what statsmodels' own filter keeps of its approximately diffuse start.
+STEADY_TOLERANCE = 1e-6
 
 
 def _design(times_seconds: np.ndarray, t_ref: float, daily_k: int, weekly_k: int, trend: bool) -> np.ndarray:
@@ -205,6 +213,17 @@ class ArimaModel(WalkForwardModel):
     def _residual_moments(
         self, resid: np.ndarray, origins: np.ndarray, horizon_steps: int
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the residual 1..h steps after each origin: the steady-state
+        recursion where it equals the Kalman filter (:func:`steady_state_moments`), else one
+        Kalman pass of statsmodels' state space."""
+        steady = steady_state_moments(self.order, np.asarray(self.arima_params), resid, origins, horizon_steps)
+        if steady is not None:
+            return steady
+        return self._kalman_moments(resid, origins, horizon_steps)
+
+    def _kalman_moments(
+        self, resid: np.ndarray, origins: np.ndarray, horizon_steps: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the residual 1..h steps after each origin, from one Kalman pass."""
         model = _quiet_sarimax(resid, self.order)
         with warnings.catch_warnings():
@@ -276,6 +295,63 @@ class ArimaModel(WalkForwardModel):
         if len(model.arima_params) != expected:
             raise ModelError(f"arima{order} needs {expected} parameters, got {len(model.arima_params)}; retrain")
         return model
+
+
+def _max_root(poly: np.ndarray) -> float:
+    """Largest root modulus of ``z**n + poly[1] z**(n-1) + ...`` (0 for a constant)."""
+    if poly.size <= 2:  # the default order's polynomials: no eigenvalue problem for one root
+        return float(abs(poly[1])) if poly.size == 2 else 0.0
+    return float(np.abs(np.roots(poly)).max())
+
+
+def steady_state_moments(
+    order: tuple[int, int, int], params: np.ndarray, resid: np.ndarray, origins: np.ndarray, horizon_steps: int,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Mean and variance of ``resid`` 1..h steps after each origin under ARIMA(p, 1, q) with
+    ``params`` (AR, MA, variance, as SARIMAX orders them), or None where this path does not apply.
+
+    Once the Kalman filter of an invertible ARIMA has run for a while its gain is constant: the
+    filtered state is the differences and innovations themselves, the innovations come from one
+    linear recursion (``lfilter``, in C) and the h-step variance is sigma2 times the sum of the
+    first h squared psi weights. statsmodels' pass builds the state space and steps it in a loop
+    (2.7 ms for 50 origins after 700 steps, measured); this takes 0.16 ms.
+
+    The two differ by what the filter still owes its start. statsmodels starts the integrated
+    state approximately diffuse (variance 1e6) and keeps ~1e-6 of that start in every later
+    step (measured: 1e-8 to 2e-6 of the variance, and of a standard deviation in the mean, however
+    long it runs); the recursion's own start fades as the MA root's modulus to the power of the
+    steps run. The path is taken only where that power is below :data:`STEADY_TOLERANCE` before
+    every origin and no residual is missing (a gap needs the filter's treatment of missing data).
+    """
+    p, d, q = order
+    if d != 1 or origins.size == 0 or not np.all(np.isfinite(resid)):
+        return None
+    phi, theta, sigma2 = params[:p], params[p:p + q], float(params[p + q])
+    ar_root, ma_root = _max_root(np.r_[1.0, -phi]), _max_root(np.r_[1.0, theta])
+    if ar_root >= 1.0 or ma_root >= 0.99 or not sigma2 >= 0.0:
+        return None
+    burn = max(p + q + 1, math.ceil(math.log(STEADY_TOLERANCE) / math.log(max(ma_root, 0.5))))
+    if int(origins.min()) < burn or int(origins.max()) >= resid.size:
+        return None
+    w = np.diff(resid)  # w[k] is the difference into step k + 1
+    e = lfilter(np.r_[1.0, -phi], np.r_[1.0, theta], w)
+    last = origins - 1  # index in w (and e) of each origin's own difference
+    n = origins.size
+    w_hat = np.zeros((n, p + horizon_steps))
+    for i in range(p):  # columns 0..p-1: the differences up to the origin, oldest first
+        w_hat[:, i] = w[last - (p - 1 - i)]
+    for h in range(1, horizon_steps + 1):
+        col = p + h - 1
+        value = sum(phi[i] * w_hat[:, col - 1 - i] for i in range(p)) if p else np.zeros(n)
+        for j in range(h, q + 1):  # innovations at or before the origin still move step h
+            value = value + theta[j - 1] * e[last - (j - h)]
+        w_hat[:, col] = value
+    mean = resid[origins][:, None] + np.cumsum(w_hat[:, p:], axis=1)
+    impulse = np.zeros(horizon_steps)
+    impulse[0] = 1.0
+    psi = lfilter(np.r_[1.0, theta], np.convolve(np.r_[1.0, -phi], [1.0, -1.0]), impulse)
+    var = np.broadcast_to(sigma2 * np.cumsum(psi**2), mean.shape).copy()
+    return mean, var
 
 
 def fit_seconds_of(forecaster: ArimaForecaster, history: Series) -> tuple[ArimaModel, float]:

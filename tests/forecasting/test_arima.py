@@ -1,0 +1,79 @@
+"""ARIMA's steady-state forecast path against statsmodels' Kalman filter, and where it stands aside."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictive_scaler.forecasting.arima import ArimaModel, steady_state_moments
+
+
+def _model(order: tuple[int, int, int], params: tuple[float, ...]) -> ArimaModel:
+    return ArimaModel(step_seconds=300, order=order, coef=(0.0,), arima_params=params, daily_k=0, weekly_k=0,
+                      t_ref=0.0, log_offset=1.0, window=288)
+
+
+def _arima_path(phi: tuple[float, ...], theta: tuple[float, ...], sigma2: float, n: int, seed: int) -> np.ndarray:
+    """A residual path of ARIMA(p, 1, q) with these coefficients (SARIMAX's signs)."""
+    rng = np.random.default_rng(seed)
+    e = rng.normal(0.0, np.sqrt(sigma2), n)
+    w = np.zeros(n)
+    for t in range(n):
+        w[t] = e[t] + sum(phi[i] * w[t - 1 - i] for i in range(len(phi)) if t - 1 - i >= 0) \
+            + sum(theta[j] * e[t - 1 - j] for j in range(len(theta)) if t - 1 - j >= 0)
+    return np.cumsum(w)
+
+
+@pytest.mark.parametrize(
+    ("order", "params"),
+    [
+        ((1, 1, 1), (0.27, -0.9, 0.04)),
+        ((1, 1, 1), (0.76, -0.93, 0.0034)),
+        ((0, 1, 1), (-0.6, 0.01)),
+        ((1, 1, 0), (0.5, 0.01)),
+        ((2, 1, 1), (0.5, 0.2, -0.7, 0.02)),
+        ((1, 1, 2), (0.4, -0.5, 0.2, 0.02)),
+        ((2, 1, 2), (0.3, 0.1, -0.4, -0.2, 0.05)),
+    ],
+    ids=["nasa-like", "mongo-like", "ima", "ari", "ar2", "ma2", "arma22"],
+)
+def test_steady_state_moments_are_the_kalman_filters(order, params):
+    model = _model(order, params)
+    resid = _arima_path(params[:order[0]], params[order[0]:order[0] + order[2]], params[-1], 900, seed=len(params))
+    origins = np.arange(600, 890, 7)
+    steady = steady_state_moments(order, np.asarray(params), resid, origins, 6)
+    assert steady is not None
+    mean, var = model._kalman_moments(resid, origins, 6)
+    # statsmodels starts the integrated state approximately diffuse (variance 1e6), which leaves
+    # ~1e-6 of its start in every later step; the steady state is the limit without it.
+    np.testing.assert_allclose(steady[1], var, rtol=1e-5)
+    assert np.max(np.abs(steady[0] - mean) / np.sqrt(var)) < 1e-4
+    # Variance grows with the horizon and the mean is on the data's own level.
+    assert np.all(np.diff(steady[1], axis=1) > 0)
+
+
+@pytest.mark.parametrize(
+    ("order", "params", "mutate", "origins"),
+    [
+        ((1, 1, 1), (0.3, -0.5, 0.01), lambda r: r, np.array([5, 300])),
+        ((1, 1, 1), (0.3, -0.5, 0.01), lambda r: np.where(np.arange(r.size) == 150, np.nan, r), np.array([300])),
+        ((1, 0, 1), (0.3, -0.5, 0.01), lambda r: r, np.array([300])),
+        ((1, 1, 1), (0.3, -0.995, 0.01), lambda r: r, np.array([300])),
+        ((1, 1, 1), (1.0, -0.5, 0.01), lambda r: r, np.array([300])),
+        ((1, 1, 1), (0.3, -0.5, 0.01), lambda r: r, np.array([], dtype=int)),
+    ],
+    ids=["origin-near-the-start", "missing-residual", "stationary-order", "ma-near-unit-root",
+         "ar-unit-root", "no-origins"],
+)
+def test_steady_state_path_stands_aside_where_the_filter_is_needed(order, params, mutate, origins):
+    resid = mutate(_arima_path((0.3,), (-0.5,), 0.01, 400, seed=3))
+    assert steady_state_moments(order, np.asarray(params), resid, origins, 6) is None
+
+
+def test_a_gap_in_the_window_still_forecasts_through_the_kalman_filter():
+    model = _model((1, 1, 1), (0.3, -0.5, 0.01))
+    resid = _arima_path((0.3,), (-0.5,), 0.01, 400, seed=4)
+    resid[350:355] = np.nan
+    mean, var = model._residual_moments(resid, np.array([360, 399]), 6)
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(var))
+    np.testing.assert_array_equal(mean, model._kalman_moments(resid, np.array([360, 399]), 6)[0])
