@@ -48,6 +48,8 @@ TIMING_TRACE = "nasa_http_1995.csv"
 #: Targets (issue 14).
 COVERAGE_BAND = (0.93, 0.97)
 RATIO_GEOMEAN_TARGET = 0.90
+#: The issue's aim for every trace's ratio (the target is ≤ 1); where missed, peers.md says by how much.
+RATIO_AIM = 0.85
 REGRET_TARGET = 1.05
 TRAIN_BUDGET_SECONDS = 3.0
 FORECAST_BUDGET_MS = 10.0
@@ -220,6 +222,29 @@ def why(doc: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "no single cause in these figures (see the per-trace table)"
 
 
+def aim_gap(doc: Mapping[str, Any]) -> str | None:
+    """By how much the served ratio misses :data:`RATIO_AIM`, and what the run's figures say of it
+    (None when the aim is met or there is no ratio)."""
+    ratio = doc.get("ratio_to_best_peer")
+    if ratio is None or ratio <= RATIO_AIM:
+        return None
+    parts = [f"ratio {ratio:.3f}, {ratio - RATIO_AIM:.3f} above the {RATIO_AIM} aim "
+             f"({(ratio / RATIO_AIM - 1) * 100:.1f} % more pinball than the aim allows)"]
+    best = doc.get("best_candidate")
+    cand = _m(doc["models"].get(best or ""), "normalised_pinball")
+    peer_np = _m(doc["peers"].get(doc.get("best_peer") or ""), "normalised_pinball")
+    if cand is not None and peer_np:
+        parts.append(f"the best candidate alone ({best}) is {cand / peer_np:.3f}× the best peer")
+    regret = doc.get("regret")
+    if regret is not None and regret < 1.0:
+        parts.append(f"what is served gains {(1 - regret) * 100:.1f} % on it")
+    elif regret is not None and regret > 1.0:
+        parts.append(f"selection costs {(regret - 1) * 100:.1f} % on it")
+    if doc.get("protocol", {}).get("min_history") == "7d":
+        parts.append("7 days of history and one scored week (short trace)")
+    return "; ".join(parts)
+
+
 def run_one(traces: Path, name: str, kinds: tuple[str, ...], peers: tuple[str, ...], out: Path) -> None:
     """One trace's protocol run, written as JSON (the worker of ``--jobs``)."""
     from tqdm import tqdm
@@ -306,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     summary, sections = [], []
     ratios: list[float] = []
     misses: list[str] = []
+    short_of_aim: list[str] = []
     for name, result in run_all(args, traces).items():
         doc = result["report"]
         summary.append(summary_row(name, doc))
@@ -322,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             missed.append(f"regret {_ratio(regret)} > {REGRET_TARGET}")
         if missed:
             misses.append(f"{name}: {'; '.join(missed)}. Why: {why(doc)}.")
+        gap = aim_gap(doc)
+        if gap:
+            short_of_aim.append(f"{name}: {gap}.")
     geo = float(np.exp(np.mean(np.log(ratios)))) if ratios else None
     lines += [
         "## Summary (30-minute horizon, P95)", "",
@@ -342,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
                   *(f"- {m}" for m in misses), ""]
     else:
         lines += ["Every trace meets ratio ≤ 1, coverage in [0.93, 0.97] and regret ≤ 1.05.", ""]
+    if short_of_aim:
+        lines += [f"The aim, ratio ≤ {RATIO_AIM} on every trace, is missed on {len(short_of_aim)} of "
+                  f"{len(traces)} (by how much, and what the figures say):", "",
+                  *(f"- {m}" for m in short_of_aim), ""]
+    else:
+        lines += [f"Every trace meets the aim, ratio ≤ {RATIO_AIM}.", ""]
     if timing:
         total = sum(f for f, _ in timing["kinds"].values())
         lines += [

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from predictive_scaler.bench.peers import summary_row, why
+from predictive_scaler.bench.peers import aim_gap, summary_row, why
 
 
 def _doc(served: float, best: float, peer: float, regret: float, coverage: float = 0.95) -> dict[str, Any]:
@@ -49,3 +49,30 @@ def test_the_reason_is_never_empty() -> None:
 def test_a_ratio_keeps_the_digits_that_decide_it(ratio: float | None, shown: str) -> None:
     # "%.3g" printed 1.0042 as "1" and the summary said "ratio 1 > 1".
     assert summary_row("t", {**_doc(0.01, 0.01, 0.01, 1.0), "ratio_to_best_peer": ratio}).count(f"**{shown}**") == 1
+
+
+AIM_CASES = [
+    # (id, served, best candidate, best peer, regret, ratio, initial history,
+    #  words the gap must hold, or None: aim met)
+    ("aim-met", 0.0052, 0.0061, 0.0072, 0.858, 0.722, "14d", None),
+    ("combination-gains", 0.03247, 0.03324, 0.03667, 0.977, 0.886, "14d",
+     ["ratio 0.886, 0.036 above the 0.85 aim (4.2 % more", "(arima) is 0.906× the best peer", "gains 2.3 %"]),
+    ("selection-costs-short-trace", 0.01097, 0.01067, 0.01083, 1.028, 1.013, "7d",
+     ["0.163 above", "selection costs 2.8 %", "7 days of history"]),
+]
+
+
+@pytest.mark.parametrize(("served", "best", "peer", "regret", "ratio", "history", "words"),
+                         [c[1:] for c in AIM_CASES], ids=[c[0] for c in AIM_CASES])
+def test_a_missed_aim_says_by_how_much_and_what_the_figures_say(
+        served: float, best: float, peer: float, regret: float, ratio: float, history: str,
+        words: list[str] | None) -> None:
+    doc = {**_doc(served, best, peer, regret), "ratio_to_best_peer": ratio, "protocol": {"min_history": history}}
+    gap = aim_gap(doc)
+    if words is None:
+        assert gap is None
+        return
+    assert gap is not None
+    for w in words:
+        assert w in gap, (w, gap)
+    assert ("7 days of history" in gap) == (history == "7d")
