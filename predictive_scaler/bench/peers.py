@@ -189,23 +189,31 @@ def detail(name: str, doc: Mapping[str, Any], seconds: float) -> list[str]:
     return lines
 
 
+def _short_trace(doc: Mapping[str, Any]) -> bool:
+    """7 days of initial history: the first refit takes train's short-history path."""
+    return bool(doc.get("protocol", {}).get("min_history") == "7d")
+
+
+def _best_candidate_and_peer(doc: Mapping[str, Any]) -> tuple[str | None, float | None, float | None]:
+    """The best candidate in hindsight, its normalised pinball and the best peer's."""
+    best = doc.get("best_candidate")
+    cand = _m(doc["models"].get(best or ""), "normalised_pinball")
+    return best, cand, _m(doc["peers"].get(doc.get("best_peer") or ""), "normalised_pinball")
+
+
 def why(doc: Mapping[str, Any]) -> str:
     """What the numbers say about a miss (derived from the run, not written by hand)."""
     served = doc["served"]
-    best = doc.get("best_candidate")
-    peer = doc["peers"].get(doc.get("best_peer") or "")
+    best, cand, peer_np = _best_candidate_and_peer(doc)
     parts = []
     regret = doc.get("regret")
-    # 7 days of initial history: the first refit takes train's short-history path.
-    short = doc.get("protocol", {}).get("min_history") == "7d"
+    short = _short_trace(doc)
     how = ("the walk-forward choice on 7 days of history (train's short-history path: daily blocks)"
            if short else "the cross-fitted choice on the calibration window")
     if regret is not None and regret > REGRET_TARGET:
         parts.append(f"selection: the served choices scored {regret:.3f}× the best candidate in hindsight "
                      f"({best}) over {doc['blocks']} refit(s); {how} "
                      f"({served.get('choices', ['?'])[0]} first) did not carry over to the weeks scored")
-    cand = _m(doc["models"].get(best or ""), "normalised_pinball")
-    peer_np = _m(peer, "normalised_pinball")
     if cand is not None and peer_np and cand / peer_np > 1.0:
         parts.append(f"even the best candidate ({best}) is {cand / peer_np:.3f}× the best peer "
                      f"({doc.get('best_peer')})")
@@ -230,9 +238,7 @@ def aim_gap(doc: Mapping[str, Any]) -> str | None:
         return None
     parts = [f"ratio {ratio:.3f}, {ratio - RATIO_AIM:.3f} above the {RATIO_AIM} aim "
              f"({(ratio / RATIO_AIM - 1) * 100:.1f} % more pinball than the aim allows)"]
-    best = doc.get("best_candidate")
-    cand = _m(doc["models"].get(best or ""), "normalised_pinball")
-    peer_np = _m(doc["peers"].get(doc.get("best_peer") or ""), "normalised_pinball")
+    best, cand, peer_np = _best_candidate_and_peer(doc)
     if cand is not None and peer_np:
         parts.append(f"the best candidate alone ({best}) is {cand / peer_np:.3f}× the best peer")
     regret = doc.get("regret")
@@ -240,7 +246,7 @@ def aim_gap(doc: Mapping[str, Any]) -> str | None:
         parts.append(f"what is served gains {(1 - regret) * 100:.1f} % on it")
     elif regret is not None and regret > 1.0:
         parts.append(f"selection costs {(regret - 1) * 100:.1f} % on it")
-    if doc.get("protocol", {}).get("min_history") == "7d":
+    if _short_trace(doc):
         parts.append("7 days of history and one scored week (short trace)")
     return "; ".join(parts)
 

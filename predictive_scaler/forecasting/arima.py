@@ -20,7 +20,7 @@ parameters: cheap, deterministic, and derived only from the artifact and the
 observations, so a restarted controller gets the same forecast. Where the filter
 has long reached its steady state (no gap in the window, an invertible MA) the
 filtering is one linear recursion instead of statsmodels' Kalman pass
-(:func:`steady_state_moments`: the same moments, ~10× cheaper).
+(:func:`steady_state_moments`: the same moments, 2.7 → 0.16 ms for 50 origins).
 """
 
 from __future__ import annotations
@@ -342,9 +342,11 @@ def steady_state_moments(
         w_hat[:, i] = w[last - (p - 1 - i)]
     for h in range(1, horizon_steps + 1):
         col = p + h - 1
-        value = sum(phi[i] * w_hat[:, col - 1 - i] for i in range(p)) if p else np.zeros(n)
+        value = np.zeros(n)
+        for i in range(p):
+            value += phi[i] * w_hat[:, col - 1 - i]
         for j in range(h, q + 1):  # innovations at or before the origin still move step h
-            value = value + theta[j - 1] * e[last - (j - h)]
+            value += theta[j - 1] * e[last - (j - h)]
         w_hat[:, col] = value
     mean = resid[origins][:, None] + np.cumsum(w_hat[:, p:], axis=1)
     impulse = np.zeros(horizon_steps)

@@ -48,7 +48,7 @@ def test_steady_state_moments_are_the_kalman_filters(order, params):
     # ~1e-6 of its start in every later step; the steady state is the limit without it.
     np.testing.assert_allclose(steady[1], var, rtol=1e-5)
     assert np.max(np.abs(steady[0] - mean) / np.sqrt(var)) < 1e-4
-    # Variance grows with the horizon and the mean is on the data's own level.
+    # Variance grows with the horizon.
     assert np.all(np.diff(steady[1], axis=1) > 0)
 
 
