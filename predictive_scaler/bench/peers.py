@@ -141,6 +141,33 @@ def _ratio(v: float | None) -> str:
     return "–" if v is None or not math.isfinite(v) else f"{v:.3f}"
 
 
+def _interval(doc: Mapping[str, Any], key: str) -> tuple[float, float] | None:
+    """The report's day-resampled interval of ``key`` (ratio_to_best_peer, regret, coverage)."""
+    got = (doc.get("intervals") or {}).get(key)
+    return (float(got[0]), float(got[1])) if got else None
+
+
+def _ratio_with_interval(doc: Mapping[str, Any], key: str, bold: bool = False) -> str:
+    shown = f"**{_ratio(doc.get(key))}**" if bold else _ratio(doc.get(key))
+    iv = _interval(doc, key)
+    return f"{shown} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else shown
+
+
+def verdict(doc: Mapping[str, Any]) -> str | None:
+    """What the ratio's interval says: better, worse, or a tie this run cannot split (None: no interval)."""
+    iv = _interval(doc, "ratio_to_best_peer")
+    if iv is None:
+        return None
+    if iv[1] < 1.0:
+        return "better"
+    return "worse" if iv[0] > 1.0 else "tie"
+
+
+def _days(doc: Mapping[str, Any]) -> str:
+    days = (doc.get("intervals") or {}).get("days")
+    return f"{days} days" if days else "the days"
+
+
 def _m(entry: Mapping[str, Any] | None, key: str, horizon: str = "30m") -> float | None:
     if not entry or entry.get("skipped") or entry.get("error"):
         return None
@@ -156,8 +183,8 @@ def summary_row(name: str, doc: Mapping[str, Any]) -> str:
     return (
         f"| {name} | {', '.join(kinds)} | {_f(_m(served, 'normalised_pinball'))} | {_f(_m(served, 'coverage'), 3)} | "
         f"{best or '–'} | {_f(_m(peer, 'normalised_pinball'))} | {_f(_m(peer, 'coverage'), 3)} | "
-        f"**{_ratio(doc.get('ratio_to_best_peer'))}** | {doc.get('best_candidate') or '–'} | "
-        f"{_ratio(doc.get('regret'))} | {_f(served.get('fit_seconds'), 2)} / {_f(served.get('forecast_ms'), 2)} | "
+        f"{_ratio_with_interval(doc, 'ratio_to_best_peer', bold=True)} | {doc.get('best_candidate') or '–'} | "
+        f"{_ratio_with_interval(doc, 'regret')} | {_f(served.get('fit_seconds'), 2)} / {_f(served.get('forecast_ms'), 2)} | "
         f"{_f(peer.get('fit_seconds') if peer else None, 2)} / {_f(peer.get('forecast_ms') if peer else None, 2)} |"
     )
 
@@ -222,10 +249,23 @@ def why(doc: Mapping[str, Any]) -> str:
         parts.append(f"selection: the served choices scored {regret:.3f}× the best candidate in hindsight "
                      f"({best}, {cand / peer_np:.3f}× the best peer) — within the regret target, not within "
                      f"the peer's margin")
+    ratio, ratio_iv = doc.get("ratio_to_best_peer"), _interval(doc, "ratio_to_best_peer")
+    if ratio is not None and ratio > 1.0 and ratio_iv is not None:
+        parts.append(f"the ratio's 90 % interval over {_days(doc)} resampled is "
+                     f"[{ratio_iv[0]:.3f}, {ratio_iv[1]:.3f}]: "
+                     + ("above 1, the peer is better here" if ratio_iv[0] > 1.0
+                        else "it holds 1, so these days cannot tell the two apart"))
     cov = _m(served, "coverage")
     n = int(served.get("origins") or 0) or None
     if cov is not None and not COVERAGE_BAND[0] <= cov <= COVERAGE_BAND[1]:
-        band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
+        cov_iv = _interval(doc, "coverage")
+        if cov_iv is not None:
+            reach = ("it reaches into" if cov_iv[0] <= COVERAGE_BAND[1] and cov_iv[1] >= COVERAGE_BAND[0]
+                     else "it misses")
+            band = (f" (90 % interval over {_days(doc)} resampled [{cov_iv[0]:.3f}, {cov_iv[1]:.3f}]: "
+                    f"{reach} the band)")
+        else:
+            band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
         parts.append(f"coverage {cov:.3f}{band}" + ("; 2 days to calibrate on (short history)" if short else ""))
     return "; ".join(parts) or "no single cause in these figures (see the per-trace table)"
 
@@ -249,6 +289,19 @@ def aim_gap(doc: Mapping[str, Any]) -> str | None:
     if _short_trace(doc):
         parts.append("7 days of history and one scored week (short trace)")
     return "; ".join(parts)
+
+
+def verdict_line(verdicts: Mapping[str, str | None]) -> list[str]:
+    """One line: on how many traces the ratio's interval lies below 1, holds it, or lies above."""
+    judged = {k: v for k, v in verdicts.items() if v is not None}
+    if not judged:
+        return []
+    says = []
+    for word, how in (("better", "below 1, the project better"), ("tie", "holding 1, a tie these days cannot split"),
+                      ("worse", "above 1, the peer better")):
+        names = [k for k, v in judged.items() if v == word]
+        says.append(f"{how} on {len(names)}" + (f" ({', '.join(names)})" if names else ""))
+    return [f"The ratio's 90 % interval: {'; '.join(says)}.", ""]
 
 
 def run_one(traces: Path, name: str, kinds: tuple[str, ...], peers: tuple[str, ...], out: Path) -> None:
@@ -338,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: list[float] = []
     misses: list[str] = []
     short_of_aim: list[str] = []
+    verdicts: dict[str, str | None] = {}
     for name, result in run_all(args, traces).items():
         doc = result["report"]
         summary.append(summary_row(name, doc))
@@ -354,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             missed.append(f"regret {_ratio(regret)} > {REGRET_TARGET}")
         if missed:
             misses.append(f"{name}: {'; '.join(missed)}. Why: {why(doc)}.")
+        verdicts[name] = verdict(doc)
         gap = aim_gap(doc)
         if gap:
             short_of_aim.append(f"{name}: {gap}.")
@@ -362,7 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         "## Summary (30-minute horizon, P95)", "",
         "Normalised pinball = pinball loss at 0.95 ÷ mean actual. *Served* is what `train` would "
         "have served at each refit (its choices listed); ratio = served ÷ best peer (< 1: the "
-        "project is better); regret = served ÷ the project's best candidate in hindsight. "
+        "project is better); regret = served ÷ the project's best candidate in hindsight; each "
+        "with its 90 % interval in brackets, whole days of origins resampled with both sides "
+        "paired (a block bootstrap: errors within a day move together, so a week is seven "
+        "draws, not 336). "
         "Times: mean fit seconds per refit / median milliseconds per forecast with state update.", "",
         "| trace | served | norm. pinball | coverage | best peer | its norm. pinball | its coverage | ratio | "
         "best candidate | regret | served fit s / forecast ms | peer fit s / forecast ms |",
@@ -371,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Geometric mean of the ratio over {len(ratios)} traces: **{_ratio(geo)}** "
         f"(target ≤ {RATIO_GEOMEAN_TARGET}); arithmetic mean {_ratio(float(np.mean(ratios)) if ratios else None)}.",
         "",
+        *verdict_line(verdicts),
     ]
     if misses:
         lines += ["Targets missed (ratio ≤ 1, coverage in [0.93, 0.97], regret ≤ 1.05):", "",

@@ -178,12 +178,20 @@ def format_protocol(report: Any) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     ratio, regret = report.ratio(), report.regret()
+
+    def shown(value: float | None, key: str) -> str:
+        iv = report.intervals.get(key)
+        return ("–" if value is None else f"{value:.3f}") + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
+
     lines += [
         "",
         f"served = what `train` would serve at each of {report.blocks} refits: {', '.join(report.served.choices)}",
         f"best peer {report.best_peer() or '–'}; served ÷ best peer (30m normalised pinball): "
-        f"{'–' if ratio is None else f'{ratio:.3f}'}; selection regret (served ÷ best candidate "
-        f"{report.best_candidate() or '–'}): {'–' if regret is None else f'{regret:.3f}'}",
+        f"{shown(ratio, 'ratio_to_best_peer')}; selection regret (served ÷ best candidate "
+        f"{report.best_candidate() or '–'}): {shown(regret, 'regret')}",
     ]
+    if report.intervals:
+        lines.append(f"[lo, hi]: 90 % interval with the {report.intervals.get('days', 0)} days of origins "
+                     "resampled (both sides on the same days)")
     lines.extend(f"note: {n}" for n in (*notes, *report.notes))
     return "\n".join(lines)

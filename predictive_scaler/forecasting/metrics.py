@@ -100,3 +100,32 @@ def all_metrics(
         "normalised_pinball": normalised_pinball(actual, upper, q),
         "coverage": coverage(actual, upper),
     }
+
+
+def grouped_ratio_interval(
+    numerator: np.ndarray, denominator: np.ndarray, *, level: float = 0.9, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float] | None:
+    """Percentile interval of ``sum(numerator) / sum(denominator)`` when whole groups are resampled.
+
+    ``numerator[g]`` and ``denominator[g]`` are one group's sums (a day's pinball of two sides at
+    the same origins, or a day's hits and origins for coverage). Errors within a day move together,
+    so days, not origins, are drawn with replacement (a paired block bootstrap: both sides keep
+    the same days). None for fewer than two groups or a resample whose denominator is not positive.
+    """
+    num = np.asarray(numerator, dtype=float)
+    den = np.asarray(denominator, dtype=float)
+    if num.shape != den.shape or num.ndim != 1:
+        raise ValueError(f"per-group sums {num.shape} and {den.shape} must be one-dimensional and alike")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level {level} must be inside (0, 1)")
+    if num.size < 2 or not (np.isfinite(num).all() and np.isfinite(den).all()):
+        return None
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(num.size, np.full(num.size, 1.0 / num.size), size=resamples)
+    bottom = counts @ den
+    if np.any(bottom <= 0):
+        return None
+    stats = (counts @ num) / bottom
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(stats, [tail, 1.0 - tail])
+    return float(lo), float(hi)

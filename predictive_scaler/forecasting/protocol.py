@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +41,13 @@ from predictive_scaler.forecasting.evaluation import (
     initial_history_for,
     model_series,
 )
-from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
+from predictive_scaler.forecasting.metrics import (
+    METRIC_NAMES,
+    all_metrics,
+    grouped_ratio_interval,
+    naive_scale,
+    pinball_losses,
+)
 from predictive_scaler.forecasting.selection import (
     COMBINATION,
     settings_for_history,
@@ -52,6 +58,8 @@ from predictive_scaler.series import Series, format_duration
 
 #: Single forecasts timed per candidate and refit (forecast with state update).
 TIMED_FORECASTS = 20
+#: Level of the intervals on the headline figures (ratio, regret, coverage; days resampled).
+INTERVAL_LEVEL = 0.9
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,9 @@ class ProtocolReport:
     served: Scored
     peers: Mapping[str, Scored]
     notes: tuple[str, ...] = field(default=())
+    #: 90 % intervals, whole days of origins resampled, of "ratio_to_best_peer", "regret" and the
+    #: served "coverage" at 30 minutes (None where undefined), and "days", how many were resampled.
+    intervals: Mapping[str, Any] = field(default_factory=dict)
 
     def best_candidate(self, key: str = "normalised_pinball") -> str | None:
         scored = {k: m.metric(key) for k, m in self.models.items()}
@@ -166,6 +177,8 @@ class ProtocolReport:
             "best_peer": self.best_peer(),
             "regret": self.regret(),
             "ratio_to_best_peer": self.ratio(),
+            "intervals": {"level": INTERVAL_LEVEL, **{k: list(v) if isinstance(v, tuple) else v
+                                                      for k, v in self.intervals.items()}},
             "notes": list(self.notes),
         }
 
@@ -176,16 +189,28 @@ class _Collector:
 
     steps: Sequence[int]
     rows: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    #: The grid step of each added origin, so two sides pair up origin by origin.
+    ids: list[np.ndarray] = field(default_factory=list)
     fits: list[float] = field(default_factory=list)
     forecasts: list[float] = field(default_factory=list)
     origins: int = 0
     error: str | None = None
 
-    def add(self, actual: np.ndarray, point: np.ndarray, upper: np.ndarray) -> None:
+    def add(self, origins: np.ndarray, actual: np.ndarray, point: np.ndarray, upper: np.ndarray) -> None:
         self.origins += actual.shape[0]
+        self.ids.append(np.asarray(origins, dtype=np.int64))
         for h in self.steps:
             self.rows.setdefault(h, []).append(
                 np.column_stack([actual[:, h - 1], point[:, h - 1], upper[:, h - 1]]))
+
+    def by_origin(self, h: int, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Origins scored at step ``h``, their pinball at ``q`` and whether the actual was covered."""
+        if not self.rows.get(h):
+            return np.empty(0, np.int64), np.empty(0), np.empty(0, bool)
+        ids = np.concatenate(self.ids)
+        r = np.concatenate(self.rows[h])
+        keep = np.isfinite(r[:, 0]) & np.isfinite(r[:, 2])
+        return ids[keep], pinball_losses(r[keep, 0], r[keep, 2], q), r[keep, 0] <= r[keep, 2]
 
     def scored(self, name: str, labels: Mapping[str, int | None], q: float, scale: float | None,
                **extra: Any) -> Scored:
@@ -201,6 +226,35 @@ class _Collector:
             fit_seconds=float(np.mean(self.fits)) if self.fits else None,
             forecast_seconds=float(np.median(self.forecasts)) if self.forecasts else None,
             origins=self.origins, error=self.error if not self.origins else None, **extra)
+
+
+def _day_sums(ids: np.ndarray, values: np.ndarray, steps_per_day: int) -> np.ndarray:
+    """``values`` summed per day of their origins (days in ascending order, empty days left out)."""
+    days = np.unique(ids // steps_per_day, return_inverse=True)[1]
+    return np.bincount(days, weights=values.astype(float))
+
+
+def headline_intervals(served: _Collector, candidate: _Collector | None, peer: _Collector | None,
+                       h: int, q: float, steps_per_day: int) -> dict[str, Any]:
+    """Day-resampled intervals of the served ratio to ``peer``, its regret to ``candidate`` (both
+    paired on the origins the two sides scored) and its coverage (:data:`INTERVAL_LEVEL`).
+
+    One week of origins is few: these say whether a ratio of 1.01 is a loss or a tie.
+    """
+    ids, loss, hit = served.by_origin(h, q)
+    out: dict[str, Any] = {"days": int(np.unique(ids // steps_per_day).size)}
+    for key, other in (("ratio_to_best_peer", peer), ("regret", candidate)):
+        if other is None:
+            out[key] = None
+            continue
+        o_ids, o_loss, _ = other.by_origin(h, q)
+        _, i, j = np.intersect1d(ids, o_ids, assume_unique=True, return_indices=True)
+        out[key] = grouped_ratio_interval(_day_sums(ids[i], loss[i], steps_per_day),
+                                          _day_sums(ids[i], o_loss[j], steps_per_day), level=INTERVAL_LEVEL)
+    out["coverage"] = grouped_ratio_interval(_day_sums(ids, hit, steps_per_day),
+                                             _day_sums(ids, np.ones(ids.size), steps_per_day),
+                                             level=INTERVAL_LEVEL)
+    return out
 
 
 def _actuals(values: np.ndarray, origins: np.ndarray, h: int) -> np.ndarray:
@@ -288,7 +342,7 @@ def run_protocol(
                 continue
             c.fits.append(trained.fit_seconds[kind])
             c.forecasts.extend(_time_forecasts(model, grid, origins, h_max, qs))
-            c.add(actual, fc[:, 0, :], fc[:, k_q, :])
+            c.add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
             forecasts[kind] = fc
         choice = trained.selected
         if trained.combination is not None and all(k in forecasts for k in trained.combination[0]):
@@ -299,13 +353,13 @@ def run_protocol(
             lo = max(0, s - 1 - int(getattr(combined, "window_steps", DEFAULT_WINDOW_STEPS)))
             fc = walk_forward(combined, grid.slice(lo, end), origins - lo, h_max, qs)
             choices.append("+".join(f"{k}×{w:.1f}" for k, w in zip(members, weights, strict=True)))
-            served.add(actual, fc[:, 0, :], fc[:, k_q, :])
+            served.add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
             served.fits.append(trained.fit_seconds[COMBINATION])
             served.forecasts.extend(_time_forecasts(trained.models[COMBINATION], grid, origins, h_max, qs))
         elif choice is not None and choice in forecasts:
             choices.append(choice)
             fc = forecasts[choice]
-            served.add(actual, fc[:, 0, :], fc[:, k_q, :])
+            served.add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
             served.fits.extend(cands[choice].fits[-1:])
             served.forecasts.extend(cands[choice].forecasts[-TIMED_FORECASTS:])
         else:
@@ -325,7 +379,7 @@ def run_protocol(
                 c = peer_rows[f"{name}{variant}"]
                 c.fits.append(got.fit_seconds)
                 c.forecasts.append(got.forecast_seconds)
-                c.add(actual, got.point, upper)
+                c.add(origins, actual, got.point, upper)
         if progress is not None:
             progress.update(1)
     models = {k: c.scored(k, labels, cfg.quantile, scale) for k, c in cands.items()}
@@ -340,12 +394,19 @@ def run_protocol(
             peer_scores[key] = c.scored(key, labels, cfg.quantile, scale)
     notes = tuple(f"{label} is not a multiple of the {step}s step: undefined"
                   for label, h in labels.items() if h is None)
-    return ProtocolReport(
+    report = ProtocolReport(
         series=series.name, quantile=cfg.quantile, step_seconds=step,
         settings=cfg.describe(series.span), blocks=blocks, models=models,
         served=served.scored("served", labels, cfg.quantile, scale, choices=tuple(choices)),
         peers=peer_scores, notes=notes,
     )
+    headline = labels.get("30m")
+    if headline is None:
+        return report
+    best, peer = report.best_candidate(), report.best_peer()
+    return replace(report, intervals=headline_intervals(
+        served, cands[best] if best else None, peer_rows[peer] if peer else None,
+        headline, cfg.quantile, steps_per_day))
 
 
 def planned_blocks(series: Series, settings: ProtocolSettings | None = None,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from predictive_scaler.bench.peers import aim_gap, summary_row, why
+from predictive_scaler.bench.peers import aim_gap, summary_row, verdict, verdict_line, why
 
 
 def _doc(served: float, best: float, peer: float, regret: float, coverage: float = 0.95) -> dict[str, Any]:
@@ -76,3 +76,43 @@ def test_a_missed_aim_says_by_how_much_and_what_the_figures_say(
     for w in words:
         assert w in gap, (w, gap)
     assert ("7 days of history" in gap) == (history == "7d")
+
+
+VERDICT_CASES = [
+    # (id, the ratio's interval, verdict, words the reason must hold when the ratio is over 1)
+    ("tie", [0.91, 1.11], "tie", "[0.910, 1.110]: it holds 1, so these days cannot tell the two apart"),
+    ("peer-better", [1.02, 1.08], "worse", "[1.020, 1.080]: above 1, the peer is better here"),
+    ("project-better", [0.80, 0.95], "better", None),
+    ("no-interval", None, None, None),
+]
+
+
+@pytest.mark.parametrize(("interval", "expected", "words"), [c[1:] for c in VERDICT_CASES],
+                         ids=[c[0] for c in VERDICT_CASES])
+def test_the_ratios_interval_says_win_tie_or_loss(interval: list[float] | None, expected: str | None,
+                                                  words: str | None) -> None:
+    doc = {**_doc(0.0105, 0.0104, 0.010, 1.01), "ratio_to_best_peer": 1.05 if words else 0.9,
+           "intervals": {"level": 0.9, "days": 8, "ratio_to_best_peer": interval, "regret": [0.9, 1.1],
+                         "coverage": None}}
+    assert verdict(doc) == expected
+    if words:
+        assert words in why(doc) and "over 8 days resampled" in why(doc)
+    row = summary_row("t", doc)
+    assert ("[0.90, 1.10]" in row) and ((f"[{interval[0]:.2f}, {interval[1]:.2f}]" in row) if interval else True)
+
+
+def test_the_interval_line_names_the_traces_each_way() -> None:
+    line = " ".join(verdict_line({"a": "better", "b": "tie", "c": "tie", "d": None}))
+    assert "below 1, the project better on 1 (a)" in line
+    assert "a tie these days cannot split on 2 (b, c)" in line and "above 1, the peer better on 0" in line
+    assert verdict_line({"d": None}) == []
+
+
+@pytest.mark.parametrize(("interval", "words"), [([0.89, 0.95], "it reaches into the band"),
+                                                 ([0.86, 0.92], "it misses the band"),
+                                                 (None, "sampling error ±0.024 on 336 origins")],
+                         ids=["reaches", "misses", "binomial-without-interval"])
+def test_a_coverage_miss_says_what_its_interval_says(interval: list[float] | None, words: str) -> None:
+    doc = {**_doc(0.010, 0.010, 0.011, 1.0, 0.908),
+           "intervals": {"level": 0.9, "days": 8, "ratio_to_best_peer": None, "regret": None, "coverage": interval}}
+    assert words in why(doc)

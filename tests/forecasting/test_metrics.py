@@ -62,3 +62,35 @@ def test_all_metrics_are_finite_or_none():
     out = m.all_metrics(np.array([NAN, 0.0]), np.array([1.0, NAN]), np.array([1.0, 2.0]), 0.95, 0.0)
     assert set(out) == set(m.METRIC_NAMES)
     assert all(v is None or math.isfinite(v) for v in out.values())
+
+
+INTERVAL_CASES = [
+    # (id, per-day numerator sums, per-day denominator sums, check on (lo, hi))
+    ("identical-sides", [3.0, 5.0, 2.0, 4.0], [3.0, 5.0, 2.0, 4.0], lambda lo, hi: lo == pytest.approx(1.0)
+     and hi == pytest.approx(1.0)),
+    ("better-every-day", [0.8, 0.85, 0.9, 0.82, 0.88, 0.86, 0.84], [1.0] * 7, lambda lo, hi: 0.8 <= lo < hi < 0.9),
+    ("one-day-decides", [0.9, 0.95, 0.9, 0.92, 0.94, 0.9, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5],
+     lambda lo, hi: lo < 1.0 < hi),
+    ("coverage-hits-over-origins", [46, 45, 48, 40, 47, 44, 46], [48] * 7, lambda lo, hi: lo < 316 / 336 < hi <= 1.0),
+]
+
+
+@pytest.mark.parametrize(("num", "den", "check"), [c[1:] for c in INTERVAL_CASES], ids=[c[0] for c in INTERVAL_CASES])
+def test_grouped_ratio_interval_resamples_whole_groups(num: list[float], den: list[float], check) -> None:
+    got = m.grouped_ratio_interval(np.array(num, float), np.array(den, float))
+    assert got is not None and check(*got), got
+    # Seeded: the same sums give the same interval.
+    assert got == m.grouped_ratio_interval(np.array(num, float), np.array(den, float))
+
+
+@pytest.mark.parametrize(("num", "den"), [([1.0], [1.0]), ([1.0, np.nan], [1.0, 1.0]), ([1.0, 1.0], [0.0, 0.0])],
+                         ids=["one-group", "not-finite", "zero-denominator"])
+def test_grouped_ratio_interval_is_none_when_undefined(num: list[float], den: list[float]) -> None:
+    assert m.grouped_ratio_interval(np.array(num), np.array(den)) is None
+
+
+def test_grouped_ratio_interval_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="level"):
+        m.grouped_ratio_interval(np.ones(3), np.ones(3), level=1.0)
+    with pytest.raises(ValueError, match="alike"):
+        m.grouped_ratio_interval(np.ones(3), np.ones(4))
