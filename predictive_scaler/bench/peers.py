@@ -150,7 +150,7 @@ def _interval(doc: Mapping[str, Any], key: str) -> tuple[float, float] | None:
 def _ratio_with_interval(doc: Mapping[str, Any], key: str, bold: bool = False) -> str:
     shown = f"**{_ratio(doc.get(key))}**" if bold else _ratio(doc.get(key))
     iv = _interval(doc, key)
-    return f"{shown} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else shown
+    return f"{shown} [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else shown
 
 
 def verdict(doc: Mapping[str, Any]) -> str | None:
@@ -379,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     lines += machine()
     lines.append(f"- statsforecast {version}, pandas {metadata.version('pandas')} (in .venv-peers); "
                  f"{args.jobs} trace(s) at a time")
+    if args.from_json:
+        lines.append(f"- the traces' reports were read from {args.from_json} (kept by an earlier run's "
+                     "--keep-json), not run again; the date above is this rendering's"
+                     + ("" if args.no_timing else ", and the time budget was measured in it"))
     lines.append("")
     timing = None
     if args.timing_only:

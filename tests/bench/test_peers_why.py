@@ -98,7 +98,7 @@ def test_the_ratios_interval_says_win_tie_or_loss(interval: list[float] | None, 
     if words:
         assert words in why(doc) and "over 8 days resampled" in why(doc)
     row = summary_row("t", doc)
-    assert ("[0.90, 1.10]" in row) and ((f"[{interval[0]:.2f}, {interval[1]:.2f}]" in row) if interval else True)
+    assert ("[0.900, 1.100]" in row) and ((f"[{interval[0]:.3f}, {interval[1]:.3f}]" in row) if interval else True)
 
 
 def test_the_interval_line_names_the_traces_each_way() -> None:
