@@ -7,6 +7,7 @@ WAPE and MAPE are fractions (0.05 = 5 %), not percentages.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -102,22 +103,20 @@ def all_metrics(
     }
 
 
-def grouped_ratio_interval(
-    numerator: np.ndarray, denominator: np.ndarray, *, level: float = 0.9, resamples: int = 2000, seed: int = 0
-) -> tuple[float, float] | None:
-    """Percentile interval of ``sum(numerator) / sum(denominator)`` when whole groups are resampled.
+def grouped_ratio_draws(
+    numerator: np.ndarray, denominator: np.ndarray, *, resamples: int = 2000, seed: int = 0
+) -> np.ndarray | None:
+    """``resamples`` draws of ``sum(numerator) / sum(denominator)`` with whole groups resampled.
 
     ``numerator[g]`` and ``denominator[g]`` are one group's sums (a day's pinball of two sides at
     the same origins, or a day's hits and origins for coverage). Errors within a day move together,
     so days, not origins, are drawn with replacement (a paired block bootstrap: both sides keep
-    the same days). None for fewer than two groups or a resample whose denominator is not positive.
+    the same days). None for fewer than two groups or a draw whose denominator is not positive.
     """
     num = np.asarray(numerator, dtype=float)
     den = np.asarray(denominator, dtype=float)
     if num.shape != den.shape or num.ndim != 1:
         raise ValueError(f"per-group sums {num.shape} and {den.shape} must be one-dimensional and alike")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level {level} must be inside (0, 1)")
     if num.size < 2 or not (np.isfinite(num).all() and np.isfinite(den).all()):
         return None
     rng = np.random.default_rng(seed)
@@ -125,7 +124,34 @@ def grouped_ratio_interval(
     bottom = counts @ den
     if np.any(bottom <= 0):
         return None
-    stats = (counts @ num) / bottom
+    return np.asarray((counts @ num) / bottom, dtype=float)
+
+
+def _percentile_interval(draws: np.ndarray, level: float) -> tuple[float, float]:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level {level} must be inside (0, 1)")
     tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(stats, [tail, 1.0 - tail])
+    lo, hi = np.quantile(draws, [tail, 1.0 - tail])
     return float(lo), float(hi)
+
+
+def grouped_ratio_interval(
+    numerator: np.ndarray, denominator: np.ndarray, *, level: float = 0.9, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float] | None:
+    """Percentile interval of :func:`grouped_ratio_draws` (None where the draws are)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level {level} must be inside (0, 1)")
+    draws = grouped_ratio_draws(numerator, denominator, resamples=resamples, seed=seed)
+    return None if draws is None else _percentile_interval(draws, level)
+
+
+def geometric_mean_interval(
+    per_series: Sequence[tuple[np.ndarray, np.ndarray]], *, level: float = 0.9, resamples: int = 2000
+) -> tuple[float, float] | None:
+    """Interval of the geometric mean over series of their ratios, each series' days resampled
+    on its own (independent draws, seeded by position); None if any series' draws are undefined."""
+    draws = [grouped_ratio_draws(num, den, resamples=resamples, seed=k) for k, (num, den) in enumerate(per_series)]
+    if not draws or any(d is None or np.any(d <= 0) for d in draws):
+        return None
+    logs = np.log(np.vstack([d for d in draws if d is not None]))
+    return _percentile_interval(np.exp(logs.mean(axis=0)), level)

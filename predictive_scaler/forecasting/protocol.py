@@ -242,18 +242,22 @@ def headline_intervals(served: _Collector, candidate: _Collector | None, peer: _
     One week of origins is few: these say whether a ratio of 1.01 is a loss or a tie.
     """
     ids, loss, hit = served.by_origin(h, q)
-    out: dict[str, Any] = {"days": int(np.unique(ids // steps_per_day).size)}
+    sums: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
     for key, other in (("ratio_to_best_peer", peer), ("regret", candidate)):
         if other is None:
-            out[key] = None
+            sums[key] = None
             continue
         o_ids, o_loss, _ = other.by_origin(h, q)
         _, i, j = np.intersect1d(ids, o_ids, assume_unique=True, return_indices=True)
-        out[key] = grouped_ratio_interval(_day_sums(ids[i], loss[i], steps_per_day),
-                                          _day_sums(ids[i], o_loss[j], steps_per_day), level=INTERVAL_LEVEL)
-    out["coverage"] = grouped_ratio_interval(_day_sums(ids, hit, steps_per_day),
-                                             _day_sums(ids, np.ones(ids.size), steps_per_day),
-                                             level=INTERVAL_LEVEL)
+        sums[key] = (_day_sums(ids[i], loss[i], steps_per_day), _day_sums(ids[i], o_loss[j], steps_per_day))
+    sums["coverage"] = (_day_sums(ids, hit, steps_per_day), _day_sums(ids, np.ones(ids.size), steps_per_day))
+    out: dict[str, Any] = {"days": int(np.unique(ids // steps_per_day).size)}
+    for key, pair in sums.items():
+        out[key] = None if pair is None else grouped_ratio_interval(*pair, level=INTERVAL_LEVEL)
+    # The per-day sums themselves, so figures over several traces (the geometric mean of the
+    # ratio) can be resampled the same way.
+    out["day_sums"] = {k: None if pair is None else [pair[0].tolist(), pair[1].tolist()]
+                       for k, pair in sums.items()}
     return out
 
 

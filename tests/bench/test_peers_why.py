@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from predictive_scaler.bench.peers import aim_gap, summary_row, verdict, verdict_line, why
+from predictive_scaler.bench.peers import (
+    aim_gap,
+    geometric_mean_ratio_interval,
+    summary_row,
+    verdict,
+    verdict_line,
+    why,
+)
 
 
 def _doc(served: float, best: float, peer: float, regret: float, coverage: float = 0.95) -> dict[str, Any]:
@@ -116,3 +123,10 @@ def test_a_coverage_miss_says_what_its_interval_says(interval: list[float] | Non
     doc = {**_doc(0.010, 0.010, 0.011, 1.0, 0.908),
            "intervals": {"level": 0.9, "days": 8, "ratio_to_best_peer": None, "regret": None, "coverage": interval}}
     assert words in why(doc)
+
+
+def test_the_geometric_mean_interval_needs_every_traces_day_sums() -> None:
+    with_sums = {"intervals": {"day_sums": {"ratio_to_best_peer": [[0.9, 1.0, 0.95], [1.0, 1.0, 1.0]]}}}
+    lo, hi = geometric_mean_ratio_interval([with_sums, with_sums])
+    assert lo < 0.95 < hi < 1.0
+    assert geometric_mean_ratio_interval([with_sums, {"intervals": {"level": 0.9}}]) is None

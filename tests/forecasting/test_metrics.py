@@ -94,3 +94,16 @@ def test_grouped_ratio_interval_refuses_bad_arguments() -> None:
         m.grouped_ratio_interval(np.ones(3), np.ones(3), level=1.0)
     with pytest.raises(ValueError, match="alike"):
         m.grouped_ratio_interval(np.ones(3), np.ones(4))
+
+
+def test_the_geometric_mean_interval_holds_the_geometric_mean_of_the_ratios() -> None:
+    rng = np.random.default_rng(5)
+    series = [(rng.uniform(0.8, 1.0, 7), np.ones(7)), (rng.uniform(1.0, 1.2, 8), np.ones(8))]
+    lo, hi = m.geometric_mean_interval(series)
+    point = math.exp(np.mean([math.log(n.sum() / d.sum()) for n, d in series]))
+    assert lo < point < hi
+    # Narrower than either series' own interval: independent errors average out.
+    own = [m.grouped_ratio_interval(n, d) for n, d in series]
+    assert all(hi - lo < b - a for a, b in own)
+    assert m.geometric_mean_interval([*series, (np.ones(1), np.ones(1))]) is None
+    assert m.geometric_mean_interval([]) is None
