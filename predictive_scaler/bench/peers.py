@@ -197,7 +197,7 @@ def detail(name: str, doc: Mapping[str, Any], seconds: float) -> list[str]:
         f"### {name}", "",
         f"model step {doc['step_seconds']}s; initial history {doc['protocol']['min_history']}; "
         f"{doc['blocks']} refit(s); served at each refit: {'; '.join(served.get('choices', []))}; "
-        f"run in {seconds:.0f} s.", "",
+        f"{calibration_text(served.get('calibrations', []))}run in {seconds:.0f} s.", "",
         "| side | model | normalised pinball 30m | pinball 30m | coverage 10m | coverage 30m | MAPE 30m | fit s | forecast ms |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -216,6 +216,15 @@ def detail(name: str, doc: Mapping[str, Any], seconds: float) -> list[str]:
             f"{_f(m.get('forecast_ms'), 3)} |")
     lines += [*(f"\nNote: {n}." for n in doc.get("notes", [])), ""]
     return lines
+
+
+def calibration_text(calibrations: list[str]) -> str:
+    """How the served P95 was calibrated at each refit ("" when the report does not say)."""
+    if not calibrations:
+        return ""
+    if len(set(calibrations)) == 1:
+        return f"its P95 calibrated at every refit: {calibrations[0]}; "
+    return f"its P95 calibrated at each refit: {'; '.join(calibrations)}; "
 
 
 def _short_trace(doc: Mapping[str, Any]) -> bool:
@@ -268,7 +277,9 @@ def why(doc: Mapping[str, Any]) -> str:
                     f"{reach} the band)")
         else:
             band = f" (sampling error ±{2 * math.sqrt(0.95 * 0.05 / n):.3f} on {n} origins)" if n else ""
-        parts.append(f"coverage {cov:.3f}{band}" + ("; 2 days to calibrate on (short history)" if short else ""))
+        how_calibrated = (served.get("calibrations") or [""])[0]
+        parts.append(f"coverage {cov:.3f}{band}" + ("; 2 days to calibrate on (short history)" if short else "")
+                     + (f", served with {how_calibrated}" if short and how_calibrated else ""))
     return "; ".join(parts) or "no single cause in these figures (see the per-trace table)"
 
 

@@ -33,6 +33,8 @@ import numpy as np
 from predictive_scaler.errors import InsufficientHistoryError, ScalerError
 from predictive_scaler.forecasting import peers as peer_module
 from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting.calibration import CalibratedModel
+from predictive_scaler.forecasting.combination import CombinationModel
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
@@ -104,6 +106,8 @@ class Scored:
     skipped: str | None = None
     #: For the served model: the kind chosen at each refit.
     choices: tuple[str, ...] = ()
+    #: ... and how its P95 was calibrated at each refit (:func:`describe_calibration`).
+    calibrations: tuple[str, ...] = ()
 
     def metric(self, key: str, horizon: str = "30m") -> float | None:
         if self.error or self.skipped:
@@ -119,6 +123,8 @@ class Scored:
         if self.choices:
             doc["choices"] = list(self.choices)
             doc["origins"] = self.origins
+        if self.calibrations:
+            doc["calibrations"] = list(self.calibrations)
         if self.error:
             doc["error"] = self.error
         if self.skipped:
@@ -228,6 +234,17 @@ class _Collector:
             origins=self.origins, error=self.error if not self.origins else None, **extra)
 
 
+def describe_calibration(model: Any) -> str:
+    """How a served model's P95 is calibrated, in a few words ("additive shifts, tracked at 0.15")."""
+    if isinstance(model, CombinationModel):
+        own = "no shift of its own" if model.shift is None else f"its own {model.shift.scale} shift"
+        return f"members calibrated, {own}" + (", online weights" if model.online is not None else "")
+    if isinstance(model, CalibratedModel):
+        how = "additive shifts" if model.additive else "log-scale shifts"
+        return how + (f", tracked at {model.tracking_rate:g}" if model.tracking_window > 0 else ", static")
+    return "uncalibrated"
+
+
 def _day_sums(ids: np.ndarray, values: np.ndarray, steps_per_day: int) -> np.ndarray:
     """``values`` summed per day of their origins (days in ascending order, empty days left out)."""
     days = np.unique(ids // steps_per_day, return_inverse=True)[1]
@@ -318,6 +335,7 @@ def run_protocol(
     cands = {k: _Collector(defined) for k in kinds}
     served = _Collector(defined)
     choices: list[str] = []
+    calibrations: list[str] = []
     peer_rows = {f"{p}{v}": _Collector(defined) for p in cfg.peers for v in ("", "+conformal")}
     skipped: dict[str, str] = {}
     blocks = 0
@@ -357,17 +375,20 @@ def run_protocol(
             lo = max(0, s - 1 - int(getattr(combined, "window_steps", DEFAULT_WINDOW_STEPS)))
             fc = walk_forward(combined, grid.slice(lo, end), origins - lo, h_max, qs)
             choices.append("+".join(f"{k}×{w:.1f}" for k, w in zip(members, weights, strict=True)))
+            calibrations.append(describe_calibration(combined))
             served.add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
             served.fits.append(trained.fit_seconds[COMBINATION])
             served.forecasts.extend(_time_forecasts(trained.models[COMBINATION], grid, origins, h_max, qs))
         elif choice is not None and choice in forecasts:
             choices.append(choice)
+            calibrations.append(describe_calibration(trained.models[choice]))
             fc = forecasts[choice]
             served.add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
             served.fits.extend(cands[choice].fits[-1:])
             served.forecasts.extend(cands[choice].forecasts[-TIMED_FORECASTS:])
         else:
             choices.append("-")
+            calibrations.append("-")
         cal_origins = np.arange(s - cal - 1, s - h_max, stride)
         for name in cfg.peers:
             if name in skipped:
@@ -401,7 +422,8 @@ def run_protocol(
     report = ProtocolReport(
         series=series.name, quantile=cfg.quantile, step_seconds=step,
         settings=cfg.describe(series.span), blocks=blocks, models=models,
-        served=served.scored("served", labels, cfg.quantile, scale, choices=tuple(choices)),
+        served=served.scored("served", labels, cfg.quantile, scale, choices=tuple(choices),
+                             calibrations=tuple(calibrations)),
         peers=peer_scores, notes=notes,
     )
     headline = labels.get("30m")

@@ -8,6 +8,7 @@ import pytest
 
 from predictive_scaler.bench.peers import (
     aim_gap,
+    calibration_text,
     geometric_mean_ratio_interval,
     summary_row,
     verdict,
@@ -130,3 +131,18 @@ def test_the_geometric_mean_interval_needs_every_traces_day_sums() -> None:
     lo, hi = geometric_mean_ratio_interval([with_sums, with_sums])
     assert lo < 0.95 < hi < 1.0
     assert geometric_mean_ratio_interval([with_sums, {"intervals": {"level": 0.9}}]) is None
+
+
+@pytest.mark.parametrize(("calibrations", "shown"), [
+    ([], ""),
+    (["additive shifts, tracked at 0.15"], "its P95 calibrated at every refit: additive shifts, tracked at 0.15; "),
+    (["a", "a", "b"], "its P95 calibrated at each refit: a; a; b; "),
+], ids=["not-recorded", "one-for-all", "per-refit"])
+def test_the_detail_says_how_the_served_p95_was_calibrated(calibrations: list[str], shown: str) -> None:
+    assert calibration_text(calibrations) == shown
+
+
+def test_a_short_traces_coverage_miss_names_the_calibration_served() -> None:
+    doc = _doc(0.010, 0.010, 0.011, 1.0, 0.908)
+    doc["served"]["calibrations"] = ["additive shifts, tracked at 0.15"]
+    assert "2 days to calibrate on (short history), served with additive shifts, tracked at 0.15" in why(doc)

@@ -1,15 +1,20 @@
-"""protocol's day-resampled intervals on the headline figures: paired origin by origin."""
+"""protocol: the day-resampled intervals on the headline figures (paired origin by origin) and how
+the served P95's calibration is described."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from predictive_scaler.forecasting.baselines import PersistenceModel
+from predictive_scaler.forecasting.calibration import CalibratedModel
+from predictive_scaler.forecasting.combination import CombinationModel, Shift
 from predictive_scaler.forecasting.protocol import (
     INTERVAL_LEVEL,
     ProtocolReport,
     Scored,
     _Collector,
+    describe_calibration,
     headline_intervals,
 )
 
@@ -68,3 +73,28 @@ def test_the_report_carries_the_intervals_and_their_level() -> None:
     doc = report.to_dict()["intervals"]
     assert doc == {"level": INTERVAL_LEVEL, "days": 7, "ratio_to_best_peer": [0.9, 1.1], "regret": None,
                    "coverage": None}
+
+
+def _calibrated(additive: bool, tracking: int, rate: float) -> CalibratedModel:
+    base = PersistenceModel(step_seconds=300, log_offset=1.0, spread=((0.0, 0.1),))
+    return CalibratedModel(base=base, quantiles=(0.5, 0.95), offsets=((0.0,), (0.1,)), log_offset=1.0,
+                           tracking_window=tracking, tracking_steps=((0.01,), (0.02,)) if tracking else (),
+                           tracking_rate=rate, additive=additive)
+
+
+CALIBRATION_CASES = [
+    ("additive-tracked", _calibrated(True, 288, 0.15), "additive shifts, tracked at 0.15"),
+    ("log-static", _calibrated(False, 0, 0.0), "log-scale shifts, static"),
+    ("combination-own-shift", CombinationModel(members=(_calibrated(False, 0, 0.0), _calibrated(True, 0, 0.0)),
+                                               weights=(0.5, 0.5), shift=Shift(0.95, "additive", (0.1,))),
+     "members calibrated, its own additive shift"),
+    ("combination-none", CombinationModel(members=(_calibrated(False, 0, 0.0), _calibrated(False, 0, 0.0)),
+                                          weights=(0.5, 0.5)),
+     "members calibrated, no shift of its own"),
+    ("uncalibrated", PersistenceModel(step_seconds=300, log_offset=1.0, spread=((0.0, 0.1),)), "uncalibrated"),
+]
+
+
+@pytest.mark.parametrize(("model", "words"), [c[1:] for c in CALIBRATION_CASES], ids=[c[0] for c in CALIBRATION_CASES])
+def test_describe_calibration_names_scale_and_tracking(model: object, words: str) -> None:
+    assert describe_calibration(model) == words
