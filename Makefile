@@ -51,29 +51,29 @@ kube-apiserver:
 	@bash scripts/build-kube-apiserver.sh >/dev/null
 
 lint: $(STAMP)
-	$(BIN)/ruff check predictive_scaler tests backtests scripts
+	$(BIN)/ruff check predictive_scaler benchmarks tests backtests scripts
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy predictive_scaler
 
 bench-forecast: $(STAMP)
-	$(BIN)/python -m predictive_scaler.bench.forecast --traces $(TRACES) --out backtests/results/forecast.md
+	$(BIN)/python -m benchmarks.forecast --traces $(TRACES) --out backtests/results/forecast.md
 
 ## bench-peers: the project's forecasts against statsforecast on the bundled long traces (in .venv-peers)
 bench-peers: $(PEERS_STAMP)
-	$(PEERS_VENV)/bin/python -m predictive_scaler.bench.peers --traces $(TRACES) --out backtests/results/peers.md
+	$(PEERS_VENV)/bin/python -m benchmarks.forecast_peers --traces $(TRACES) --out backtests/results/peers.md
 
 bench-backtest: $(STAMP)
-	$(BIN)/python -m predictive_scaler.bench.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md
+	$(BIN)/python -m benchmarks.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md
 
 SCALERS ?= 100,300,1000
 PODS ?= 2000,20000
 bench-controller: $(STAMP) tools
-	$(BIN)/python -m predictive_scaler.bench.controller --scalers $(SCALERS) --pods $(PODS) --out backtests/results/controller.md
+	$(BIN)/python -m benchmarks.controller --scalers $(SCALERS) --pods $(PODS) --out backtests/results/controller.md
 
 bench-retrain: $(STAMP) tools
-	$(BIN)/python -m predictive_scaler.bench.retrain --scalers 200 --weeks 1 --processes 1,2 --out backtests/results/retrain-run.md
+	$(BIN)/python -m benchmarks.retrain --scalers 200 --weeks 1 --processes 1,2 --out backtests/results/retrain-run.md
 
 ## crd: regenerate deploy/base/crd.yaml from the one source (predictive_scaler/spec.py)
 crd: $(STAMP)

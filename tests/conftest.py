@@ -23,14 +23,13 @@ from support.prometheus import (
     standard_history,
 )
 
-from predictive_scaler.sources.openmetrics import (
+# The shared fakes' fixtures (fake_api, clock), defined once in tests/support/fakes/.
+from tests.support.fakes.fixtures import clock, fake_api  # noqa: E402, F401
+from tests.support.openmetrics import (
     DEFAULT_SAMPLE_STEP_SECONDS,
     CounterFamily,
     GaugeFamily,
 )
-
-# The shared fakes' fixtures (fake_api, clock), defined once in tests/support/fakes/.
-from tests.support.fakes.fixtures import clock, fake_api  # noqa: E402, F401
 
 PROMETHEUS_FIXTURES = {"prometheus_server", "prometheus_factory"}
 

@@ -21,6 +21,8 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 def _copy(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "predictive_scaler", tmp_path / "predictive_scaler",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
     return tmp_path
 
@@ -57,6 +59,10 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
                  id="retrain-imports-the-backtest"),
     pytest.param("backtest/simulator.py", "import predictive_scaler.backtest.runner",
                  "No import cycles between the backtest", id="new-backtest-cycle"),
+    pytest.param("commands/evaluate.py", "import benchmarks.common", "The product never imports the lab",
+                 id="product-imports-a-benchmark"),
+    pytest.param("backtest/report.py", "import tests.support.openmetrics", "The product never imports the lab",
+                 id="product-imports-a-test-helper"),
 ])
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, broken: str) -> None:
     where = _copy(tmp_path)

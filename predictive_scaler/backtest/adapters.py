@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy, naive_scale
-from predictive_scaler.backtest.protocol import ForecastRecord, ModelEvent, Progress, Setup
+from predictive_scaler.backtest.records import ForecastRecord, ModelEvent, Progress, Setup
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.errors import DataError, ModelError, SourceError

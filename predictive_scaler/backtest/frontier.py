@@ -32,7 +32,7 @@ import numpy as np
 
 from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
 from predictive_scaler.backtest.measures import measure_policy
-from predictive_scaler.backtest.protocol import Progress, Setup
+from predictive_scaler.backtest.records import Progress, Setup
 from predictive_scaler.backtest.runner import (
     Result,
     _clean,

@@ -1,6 +1,6 @@
 """Run every policy of a scenario over one trace, side by side, and measure them.
 
-Protocol (:mod:`~predictive_scaler.backtest.protocol`): the first ``training`` of the
+Protocol (:mod:`~predictive_scaler.backtest.records`): the first ``training`` of the
 trace (14 days; 7 for traces shorter than 21 days) is history only — it sizes the
 replicas (``peak_replicas``), trains the first model and the Holt-Winters peer. The
 rest is walked forward tick by tick; the predictive policy's models are retrained every
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from predictive_scaler.backtest import peers
+from predictive_scaler.backtest import peer_policies
 from predictive_scaler.backtest.adapters import PredictiveCache, forecast_accuracy, run_predictive
 from predictive_scaler.backtest.measures import (
     BoundMeasures,
@@ -31,7 +31,7 @@ from predictive_scaler.backtest.measures import (
     measure_policy,
     ratio,
 )
-from predictive_scaler.backtest.protocol import (
+from predictive_scaler.backtest.records import (
     DEFAULT_MODEL_STEP,
     PEAK_FACTOR_QUANTILE,
     ForecastRecord,
@@ -163,7 +163,7 @@ def run_backtest(
                              demand_unit_seconds=scenario.demand_unit_seconds, audit=audits.get(name))
         for name, run in runs.items()
     }
-    bound_gpus = peers.bound_gpus(demand, cfg)
+    bound_gpus = peer_policies.bound_gpus(demand, cfg)
     result = Result(
         setup=setup, runs=runs, measures=measures, bound=measure_bound(bound_gpus, demand, cfg),
         bound_gpus=bound_gpus, wall_seconds=wall,
@@ -209,8 +209,8 @@ def hpa_run(setup: Setup, name: str, utilization: float, *, initial_replicas: in
     """The reactive peer (or, ``name == "holt-winters"``, the Holt-Winters peer) at HPA target ``utilization``."""
     plan_capacity = setup.capacity_per_replica * utilization
     floor = _holt_winters_floor(setup, utilization) * plan_capacity if name == "holt-winters" else None
-    metric = peers.observed(setup.demand, setup.scenario.cluster.metrics_delay_s)
-    control = peers.HpaControl(metric, behavior=setup.spec.reactive, capacity=plan_capacity, bounds=setup.bounds,
+    metric = peer_policies.observed(setup.demand, setup.scenario.cluster.metrics_delay_s)
+    control = peer_policies.HpaControl(metric, behavior=setup.spec.reactive, capacity=plan_capacity, bounds=setup.bounds,
                                floor=floor)
     return simulate(name, control, setup.n_ticks, setup.tick_s, setup.scenario.cluster,
                     initial_replicas=initial_replicas, control_every=setup.control_every,
@@ -236,7 +236,7 @@ def planner_metric(setup: Setup) -> np.ndarray:
 
 def counterfactual(setup: Setup, initial_replicas: int) -> np.ndarray:
     """The HPA rule replayed on the planner's demand alone: what speculation is measured from."""
-    return peers.counterfactual_schedule(
+    return peer_policies.counterfactual_schedule(
         planner_metric(setup), behavior=setup.spec.reactive,
         capacity=setup.spec.capacity_per_replica * setup.spec.reactive.target_utilization,
         bounds=setup.bounds, initial_replicas=initial_replicas, tick_s=setup.tick_s,
@@ -251,10 +251,10 @@ def budget_audit(setup: Setup, run: PolicyRun, initial_replicas: int) -> BudgetA
 
 def _peer_schedule(name: str, setup: Setup) -> np.ndarray:
     if name == "static":
-        replicas = peers.static_replicas(setup.training_values, setup.capacity_per_replica)
+        replicas = peer_policies.static_replicas(setup.training_values, setup.capacity_per_replica)
         return np.full(setup.n_ticks, replicas, dtype=np.int64)
     if name == "oracle":
-        return peers.oracle_schedule(setup.demand, setup.scenario.cluster, setup.bounds)
+        return peer_policies.oracle_schedule(setup.demand, setup.scenario.cluster, setup.bounds)
     raise ConfigError(f"unknown policy {name!r}", field="policies")
 
 
@@ -280,7 +280,7 @@ def _holt_winters_floor(setup: Setup, utilization: float) -> np.ndarray:
     history = np.ceil(mean / per - 1e-9)
     train_steps = train_steps_trace // k
     lead_steps = max(1, int(math.ceil(scenario.cluster.cold_start_s / hw_step)))
-    return peers.holt_winters_floor(
+    return peer_policies.holt_winters_floor(
         setup.demand, history,
         ticks_per_step=hw_step // setup.tick_s,
         season_steps=max(1, DAY_S // hw_step),

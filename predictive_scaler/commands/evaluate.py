@@ -121,12 +121,12 @@ def _run_peers(args: argparse.Namespace, kinds: tuple[str, ...], horizons: tuple
 
     from predictive_scaler.commands._flags import max_missing
     from predictive_scaler.errors import ConfigError
-    from predictive_scaler.forecasting.peers import PEER_NAMES, require_statsforecast
-    from predictive_scaler.forecasting.protocol import (
+    from predictive_scaler.forecasting.rolling_origin import (
         ProtocolSettings,
         planned_blocks,
         run_protocol,
     )
+    from predictive_scaler.forecasting.statsforecast_peers import PEER_NAMES, require_statsforecast
     from predictive_scaler.series import load_trace
 
     require_statsforecast()  # fail before loading anything when the extra is missing

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from predictive_scaler.bench.peers import (
+from benchmarks.forecast_peers import (
     aim_gap,
     calibration_text,
     geometric_mean_ratio_interval,

@@ -34,7 +34,7 @@ from predictive_scaler.cli import main
 from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
 from predictive_scaler.series import Series
-from predictive_scaler.sources.openmetrics import CounterFamily, GaugeFamily
+from tests.support.openmetrics import CounterFamily, GaugeFamily
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]  # ~25 s: promtool backfill + eleven runs
 

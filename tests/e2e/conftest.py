@@ -31,8 +31,8 @@ from predictive_scaler import crd
 from predictive_scaler.forecasting.baselines import SeasonalNaiveForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
 from predictive_scaler.series import Series
-from predictive_scaler.sources.openmetrics import CounterFamily
 from tests.deploy.support import OVERLAYS, render
+from tests.support.openmetrics import CounterFamily
 
 CONTROLLER_SA = "predictive-scaler-controller"
 MODEL = "llm"

@@ -9,7 +9,7 @@ import pytest
 
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.series import Series
-from predictive_scaler.sources.openmetrics import (
+from tests.support.openmetrics import (
     CounterFamily,
     GaugeFamily,
     counter_samples,

@@ -284,7 +284,7 @@ def test_factory_serves_a_custom_history(prometheus_factory) -> None:
 
     from predictive_scaler.series import Series
     from predictive_scaler.sources.history import pull_history
-    from predictive_scaler.sources.openmetrics import CounterFamily
+    from tests.support.openmetrics import CounterFamily
 
     start = pd.Timestamp("2024-05-01T00:00:00Z")
     short = Series(values=np.full(9 * 24 * 12, 12.0), start=start, step_seconds=300, name="nine_days")

@@ -9,7 +9,7 @@ import pytest
 from predictive_scaler.forecasting.baselines import PersistenceModel
 from predictive_scaler.forecasting.calibration import CalibratedModel
 from predictive_scaler.forecasting.combination import CombinationModel, Shift
-from predictive_scaler.forecasting.protocol import (
+from predictive_scaler.forecasting.rolling_origin import (
     INTERVAL_LEVEL,
     ProtocolReport,
     Scored,

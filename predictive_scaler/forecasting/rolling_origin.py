@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from predictive_scaler.errors import InsufficientHistoryError, ScalerError
-from predictive_scaler.forecasting import peers as peer_module
 from predictive_scaler.forecasting import registry
+from predictive_scaler.forecasting import statsforecast_peers as peer_module
 from predictive_scaler.forecasting.calibration import CalibratedModel
 from predictive_scaler.forecasting.combination import CombinationModel
 from predictive_scaler.forecasting.evaluation import (

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictive_scaler.backtest import peers
+from predictive_scaler.backtest import peer_policies
 from predictive_scaler.backtest.scenario import Scenario, build_spec
 from predictive_scaler.backtest.simulator import Demand
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
@@ -55,8 +55,8 @@ class Setup:
     spec: ScalerSpec
 
     @property
-    def bounds(self) -> peers.Bounds:
-        return peers.Bounds(self.scenario.min_replicas, self.max_replicas)
+    def bounds(self) -> peer_policies.Bounds:
+        return peer_policies.Bounds(self.scenario.min_replicas, self.max_replicas)
 
     @property
     def n_ticks(self) -> int:

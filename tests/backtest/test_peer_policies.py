@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictive_scaler.backtest import peers
+from predictive_scaler.backtest import peer_policies
 from predictive_scaler.backtest.simulator import ClusterConfig, Demand, SimulatedCluster
 from predictive_scaler.spec import ReactiveBehavior
 
@@ -23,7 +23,7 @@ CFG = ClusterConfig(gpus_per_node=4, node_provision_s=50, image_pull_s=300, pod_
 )
 def test_oracle_asks_for_the_peak_within_one_lead_time(need: list[int], expected: list[int]) -> None:
     demand = Demand(np.array(need, dtype=float), 60, 1.0)
-    got = peers.oracle_schedule(demand, CFG, peers.Bounds(1, 20))
+    got = peer_policies.oracle_schedule(demand, CFG, peer_policies.Bounds(1, 20))
     assert list(got) == expected
 
 
@@ -33,29 +33,29 @@ def test_oracle_asks_for_the_peak_within_one_lead_time(need: list[int], expected
     ids=["whole-nodes", "two-replicas-one-node"],
 )
 def test_physical_bound(values: list[float], capacity: float, gpus: list[int]) -> None:
-    assert list(peers.bound_gpus(Demand(np.array(values), 60, capacity), CFG)) == gpus
+    assert list(peer_policies.bound_gpus(Demand(np.array(values), 60, capacity), CFG)) == gpus
 
 
 def test_observed_is_the_delayed_demand() -> None:
-    got = peers.observed(Demand(np.arange(5.0), 60, 1.0), 90)  # 90 s → two ticks old
+    got = peer_policies.observed(Demand(np.arange(5.0), 60, 1.0), 90)  # 90 s → two ticks old
     assert np.isnan(got[:2]).all() and list(got[2:]) == [0.0, 1.0, 2.0]
 
 
 def test_static_is_the_training_peak() -> None:
-    assert peers.static_replicas(np.array([5.0, np.nan, 31.0, 12.0]), 10.0) == 4
+    assert peer_policies.static_replicas(np.array([5.0, np.nan, 31.0, 12.0]), 10.0) == 4
 
 
 def test_reactive_peer_is_the_planners_hpa_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = peers.recommend
+    real = peer_policies.recommend
 
     def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(kwargs["demand"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(peers, "recommend", spy)
+    monkeypatch.setattr(peer_policies, "recommend", spy)
     metric = np.array([np.nan, 10.0, 50.0, 50.0])
-    control = peers.HpaControl(metric, behavior=ReactiveBehavior(), capacity=10.0, bounds=peers.Bounds(1, 20))
+    control = peer_policies.HpaControl(metric, behavior=ReactiveBehavior(), capacity=10.0, bounds=peer_policies.Bounds(1, 20))
     cluster = SimulatedCluster.warm(CFG, 1)
     for i in range(4):
         control(i, 60.0 * i, cluster)
@@ -68,8 +68,8 @@ def test_holt_winters_learns_a_daily_shape() -> None:
     days = 10
     t = np.arange(season * days)
     y = 10 + 5 * np.sin(2 * np.pi * t / season)
-    state = peers.fit_holt_winters(y[: season * 7], season)
-    forecast, _ = peers.holt_winters_filter(state, y[season * 7:], 1)
+    state = peer_policies.fit_holt_winters(y[: season * 7], season)
+    forecast, _ = peer_policies.holt_winters_filter(state, y[season * 7:], 1)
     # Row t is the forecast of step t+1 made after seeing step t.
     err = np.abs(forecast[:-1] - y[season * 7 + 1:])
     assert err.mean() < 0.5

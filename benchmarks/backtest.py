@@ -1,6 +1,6 @@
 """Benchmark: every trace of 14 days or more, all policies, one summary.
 
-    python -m predictive_scaler.bench.backtest --traces backtests/traces --out backtests/results/summary.md
+    python -m benchmarks.backtest --traces backtests/traces --out backtests/results/summary.md
 
 Each trace runs the default scenario (training 14 days, 7 for traces shorter
 than 21 days), walking forward over at most ``--max-evaluation`` (42 days: the
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "# Backtest summary",
         "",
         f"Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} by "
-        "`python -m predictive_scaler.bench.backtest` on "
+        "`python -m benchmarks.backtest` on "
         f"{platform.machine()} with {os.cpu_count()} cores ({platform.platform()}), shared with other jobs; {_versions()}.",
         "",
         f"Scenario `{scenario.name}` (preset {scenario.preset}; cold start {scenario.cluster.cold_start_s:.0f} s, "

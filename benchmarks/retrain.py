@@ -1,6 +1,6 @@
 """Benchmark of the retraining job: N scalers × D days at 5 minutes, with 1 and 2 worker processes.
 
-    python -m predictive_scaler.bench.retrain --out backtests/results/retrain.md
+    python -m benchmarks.retrain --out backtests/results/retrain.md
 
 History is synthetic and generated in-process (each worker regenerates a scaler's
 series from its name), so the figures measure the job — selection, fitting,

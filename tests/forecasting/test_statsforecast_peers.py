@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from predictive_scaler.errors import ModelError
-from predictive_scaler.forecasting import peers
+from predictive_scaler.forecasting import statsforecast_peers
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
@@ -106,7 +106,7 @@ def test_a_peer_over_the_fit_limit_is_reported_skipped_with_its_time(peers_json:
 def test_missing_statsforecast_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "statsforecast", None)
     with pytest.raises(ModelError, match=r"pip install -e '\.\[peers\]'.*pandas<3"):
-        peers.require_statsforecast()
+        statsforecast_peers.require_statsforecast()
 
 
 @pytest.mark.parametrize(
@@ -118,4 +118,4 @@ def test_missing_statsforecast_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     ],
 )
 def test_gaps_are_filled_causally(values: list[float], expected: list[float]) -> None:
-    np.testing.assert_array_equal(peers.fill_gaps(np.array(values)), np.array(expected))
+    np.testing.assert_array_equal(statsforecast_peers.fill_gaps(np.array(values)), np.array(expected))
