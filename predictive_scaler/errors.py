@@ -57,12 +57,41 @@ class ConflictError(ClusterError):
         super().__init__(message, status=409, retryable=True)
 
 
-class MissingApiError(ClusterError):
+class NotFoundError(ClusterError):
+    """The object (or the API serving it) does not exist."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=404, retryable=False)
+
+
+class ForbiddenError(ClusterError):
+    """The API server refused the credentials or the permission (401, 403): an RBAC or
+    kubeconfig problem, never retried."""
+
+    def __init__(self, message: str, *, status: int = 403) -> None:
+        super().__init__(message, status=status, retryable=False)
+
+
+class GoneError(ClusterError):
+    """410: the resourceVersion (a watch's or a list's continue token) is too old; re-list."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=410, retryable=True)
+
+
+class ServerError(ClusterError):
+    """5xx or a broken connection: the API server could not answer; retried with backoff."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message, status=status, retryable=True)
+
+
+class MissingApiError(NotFoundError):
     """The API server serves none of the versions of an API the controller needs (e.g. the
     HorizontalPodAutoscaler API). ``api`` names what is missing, for conditions and Events."""
 
     def __init__(self, message: str, *, api: str) -> None:
-        super().__init__(message, status=404, retryable=False)
+        super().__init__(message)
         self.api = api
 
 
