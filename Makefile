@@ -42,9 +42,21 @@ demo: $(STAMP)
 tools:
 	@bash scripts/ensure-tools.sh
 
+# The markers of what a test needs besides Python packages (pyproject.toml; docs/development.md).
+NEEDS_MARKERS := prometheus or promtool or kubectl or kubeapi or peers
+
+## unit: every test that needs no program or service, on every core, with fewer Hypothesis examples
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto --dist worksteal --hypothesis-profile=unit -m "not ($(NEEDS_MARKERS))"
+
 ## test: lint, type-check and run every test (real Prometheus and a real API server included; nothing skips)
+# The unmarked tests run on every core; those that start servers run one at a time. Both runs
+# always run (a failure in the first still shows the second's) and each ends with its time per marker.
 test: $(STAMP) $(PEERS_STAMP) tools kube-apiserver lint typecheck
-	$(BIN)/python -m pytest -q
+	status=0; \
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not ($(NEEDS_MARKERS))" || status=1; \
+	$(BIN)/python -m pytest -q -m "$(NEEDS_MARKERS)" || status=1; \
+	exit $$status
 
 ## kube-apiserver: build (once; cached outside the clone) the Kubernetes 1.20 API server the e2e tests run
 kube-apiserver:

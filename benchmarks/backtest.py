@@ -32,7 +32,7 @@ def _versions() -> str:
             f"pandas {pandas.__version__}, statsmodels {statsmodels.__version__}, matplotlib {matplotlib.__version__}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     from predictive_scaler.backtest.frontier import run_frontier
     from predictive_scaler.backtest.report import frontier_table, markdown_table, verdict
     from predictive_scaler.backtest.runner import run_backtest
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="comma-separated trace file stems to run")
     parser.add_argument("--frontier", action="store_true",
                         help="run every tunable policy over its own knob and judge the predictive default point "
-                             "against the reference curves (issue 15)")
+                             "against the reference curves")
     args = parser.parse_args(argv)
 
     scenario = load_scenario(args.scenario)
@@ -118,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Scenario `{scenario.name}` (preset {scenario.preset}; cold start {scenario.cluster.cold_start_s:.0f} s, "
         f"warm start {scenario.cluster.warm_start_s:.0f} s, {scenario.cluster.gpus_per_node}-GPU nodes at "
         f"{scenario.cluster.price_per_gpu_hour}/GPU-h; evaluation capped at {format_duration(cap)}).",
-        "Aims (issue 4): ≥ 99.5 % of demand served, under a fifth of reactive's unmet minutes, GPU-hours ≤ 1.3× "
-        "the physical bound; (issue 15) the prewarm budget audited every minute, and with `--frontier` the "
+        "Aims: ≥ 99.5 % of demand served, under a fifth of reactive's unmet minutes, GPU-hours ≤ 1.3× "
+        "the physical bound; the prewarm budget audited every minute, and with `--frontier` the "
         "predictive default point judged against the peers' frontiers. Each trace lists plainly which were met.",
         "",
         *([
-            "## Against the aims of issue 15 (frontiers)",
+            "## Against the frontier aims",
             "",
             "Per trace, the predictive default point against the reactive and Holt-Winters frontiers (target "
             "utilisation 0.30…0.95) and the oracle: served (aim ≥ 99.5 % where the oracle serves 100 %), "

@@ -46,6 +46,8 @@ from typing import Any
 
 import requests
 
+from predictive_scaler.kube.manifests import GROUP, PLURAL, VERSION
+
 PERIOD_SECONDS = 60
 WORKERS = 8
 NAMESPACE = "ml"
@@ -134,14 +136,13 @@ def _target(name: str) -> dict[str, Any]:
 
 
 def _scaler(name: str, i: int) -> dict[str, Any]:
-    from predictive_scaler import crd
 
     spec = {"mode": "scale", "target": {"name": name}, "demand": {"kind": "requests", "query": QUERY},
             "capacity": {"requestsPerReplica": 300.0}, "minReplicas": 1, "maxReplicas": 12,
             "prewarm": {"enabled": i % 2 == 0, "gpusPerNode": 8,
                         "budget": {"maxGpus": 8, "pricePerGpuHour": 2.0}},
             "model": {"name": name}}
-    return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "PredictiveScaler",
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PredictiveScaler",
             "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
 
 
@@ -173,7 +174,7 @@ def _by_verb_resource(events: dict[str, dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], periods: int,
+def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], periods: int,  # noqa: C901, PLR0915
         pods_scalers: int, profile: Path | None = None) -> dict[str, Any]:
     import logging
 
@@ -196,7 +197,7 @@ def run(out: Path, scaler_counts: Sequence[int], pod_counts: Sequence[int], peri
     from tests.deploy.support import OVERLAYS, render  # type: ignore[import-not-found]
 
     user = f"system:serviceaccount:{crd.CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
-    scaler_api = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{NAMESPACE}/{crd.PLURAL}"
+    scaler_api = f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
     rss_start = _rss_mib()
     results: list[dict[str, Any]] = []
     setup: dict[str, float] = {}

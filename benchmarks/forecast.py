@@ -167,7 +167,7 @@ def summary_row(name: str, report: EvaluationReport) -> tuple[str, bool | None, 
 
 
 #: One-core numbers must not hide a second BLAS thread; these must be set before numpy loads.
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     reexec_with_one_blas_thread("benchmarks.forecast", argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default="backtests/traces", help="directory of timestamp,value CSVs")

@@ -47,10 +47,10 @@ LONG_TRACES: tuple[str, ...] = (
     "nab_rds_cpu_e47b3b", "servegen_m_small", "servegen_m_large",
 )
 TIMING_TRACE = "nasa_http_1995.csv"
-#: Targets (issue 14).
+#: Targets of the comparison with statsforecast (peers.md checks each).
 COVERAGE_BAND = (0.93, 0.97)
 RATIO_GEOMEAN_TARGET = 0.90
-#: The issue's aim for every trace's ratio (the target is ≤ 1); where missed, peers.md says by how much.
+#: The further aim for every trace's ratio (the target is ≤ 1); where missed, peers.md says by how much.
 RATIO_AIM = 0.85
 REGRET_TARGET = 1.05
 TRAIN_BUDGET_SECONDS = 3.0
@@ -372,7 +372,7 @@ def run_all(args: argparse.Namespace, traces: list[str]) -> dict[str, dict[str, 
     return {n: results[n] for n in traces}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     reexec_with_one_blas_thread("benchmarks.forecast_peers", argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default="backtests/traces")

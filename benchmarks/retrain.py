@@ -31,13 +31,9 @@ import pandas as pd  # noqa: E402
 
 from predictive_scaler.forecasting.registry import FORECASTER_KINDS, parse_kinds  # noqa: E402
 from predictive_scaler.forecasting.store import ModelStore  # noqa: E402
-from predictive_scaler.retrain import (  # noqa: E402
-    GpuUsage,
-    RetrainSettings,
-    ScalerTarget,
-    run_retrain,
-    scaler_from_manifest,
-)
+from predictive_scaler.retrain.history import GpuUsage  # noqa: E402
+from predictive_scaler.retrain.job import run_retrain  # noqa: E402
+from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget, scaler_from_manifest  # noqa: E402
 from predictive_scaler.series import Series  # noqa: E402
 
 START = datetime(2026, 1, 5, tzinfo=UTC)

@@ -18,10 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from predictive_scaler.kube.manifests import (
-    API_VERSION,
     GROUP,
     KIND,
-    PLACEHOLDER_PRIORITY_CLASS,
     PLURAL,
     SHORT_NAME,
     VERSION,
@@ -29,8 +27,7 @@ from predictive_scaler.kube.manifests import (
 from predictive_scaler.spec import Mode
 
 # The resource names are decided once, in kube/manifests.py (the adapter's source).
-__all__ = ["API_VERSION", "GROUP", "KIND", "PLACEHOLDER_PRIORITY_CLASS", "PLURAL", "VERSION",
-           "build_crd", "render_crd_yaml", "status_json_schema", "without_cel"]
+__all__ = ["build_crd", "render_crd_yaml", "status_json_schema", "without_cel"]
 
 LIST_KIND = f"{KIND}List"
 SINGULAR = KIND.lower()
@@ -43,7 +40,7 @@ PAUSE_ANNOTATION = "predictive-scaler.io/paused"
 #: Namespace the controller and the retraining job run in.
 CONTROLLER_NAMESPACE = "predictive-scaler-system"
 
-#: Condition types the controller may report (issue 5); the schema documents them.
+#: Condition types the controller may report; the schema documents them.
 CONDITION_TYPES: tuple[str, ...] = (
     "Ready", "Predictive", "Drift", "BudgetLimited", "ScalingLimited",
     "ConflictingAutoscaler", "ModelInvalid", "MetricsUnavailable", "Paused", "ApiDegraded",

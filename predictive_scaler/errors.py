@@ -42,7 +42,12 @@ class SourceError(ScalerError):
 
 
 class ClusterError(ScalerError):
-    """The Kubernetes API failed or refused a request."""
+    """The Kubernetes API failed or refused a request.
+
+    ``status`` is the HTTP status of the API server's answer (None: nothing came back). The subclass
+    says what it means: :func:`predictive_scaler.kube.api_errors.api_error` picks it from the status,
+    the one place that reads status numbers, so the rest of the code catches by type.
+    """
 
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
         super().__init__(message)
@@ -51,36 +56,43 @@ class ClusterError(ScalerError):
 
 
 class ConflictError(ClusterError):
-    """409: the object changed since it was read; re-read and retry."""
+    """A conflict: the object changed since it was read; re-read and retry."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, status=409, retryable=True)
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message, status=status, retryable=True)
 
 
 class NotFoundError(ClusterError):
-    """The object (or the API serving it) does not exist."""
+    """The object (or the API serving it) does not exist; never retried."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, status=404, retryable=False)
-
-
-class ForbiddenError(ClusterError):
-    """The API server refused the credentials or the permission (401, 403): an RBAC or
-    kubeconfig problem, never retried."""
-
-    def __init__(self, message: str, *, status: int = 403) -> None:
+    def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message, status=status, retryable=False)
 
 
-class GoneError(ClusterError):
-    """410: the resourceVersion (a watch's or a list's continue token) is too old; re-list."""
+class ForbiddenError(ClusterError):
+    """The API server refused the permission (or the credentials, :class:`UnauthorizedError`): an RBAC
+    or kubeconfig problem, never retried."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, status=410, retryable=True)
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message, status=status, retryable=False)
+
+
+class UnauthorizedError(ForbiddenError):
+    """The API server did not accept the credentials at all (an expired token, a wrong kubeconfig):
+    no grant of a permission would help."""
+
+
+class GoneError(ClusterError):
+    """Gone: the resourceVersion (a watch's or a list's continue token) is too old; re-list. Sending
+    the same request again would only be Gone again, so it is not retried as it is."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message, status=status, retryable=False)
 
 
 class ServerError(ClusterError):
-    """5xx or a broken connection: the API server could not answer; retried with backoff."""
+    """The API server failed to answer (a server error, or a broken connection: ``status`` None);
+    retried with backoff."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message, status=status, retryable=True)
@@ -100,10 +112,10 @@ class BudgetError(ConfigError):
 
 
 class ThrottledError(ClusterError):
-    """429: the API server asks the client to slow down for ``retry_after`` seconds."""
+    """The API server asks the client to slow down (Too Many Requests) for ``retry_after`` seconds."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message, status=429, retryable=True)
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, status=status, retryable=True)
         self.retry_after = retry_after
 
 

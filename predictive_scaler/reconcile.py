@@ -21,20 +21,17 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from predictive_scaler.clock import Clock
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.errors import ModelError, SourceError
-from predictive_scaler.forecasting.base import Forecast
 from predictive_scaler.policy import explain
 from predictive_scaler.policy.budget import ClusterShare
 from predictive_scaler.policy.explain import Condition, Event
-from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample, plan
+from predictive_scaler.policy.planner import ClusterState, Decision, plan
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.series import Series
 from predictive_scaler.spec import DEFAULT_RECENT_WINDOW_SECONDS, ScalerSpec
 
-__all__ = [
-    "ClusterPort", "ClusterState", "Condition", "Decision", "DemandSample", "Event", "MetricsPort",
-    "ModelPort", "PlannerState", "ReconcileResult", "Reconciler",
-]
+__all__ = ["ClusterPort", "MetricsPort", "ModelPort", "ReconcileResult", "Reconciler"]
 
 
 class MetricsPort(Protocol):
@@ -55,6 +52,16 @@ class ModelPort(Protocol):
     @property
     def version(self) -> str | None:
         """Version of the model being served (None when there is none)."""
+        ...
+
+    @property
+    def step_seconds(self) -> int | None:
+        """Seconds per step of the model being served (None: no model yet; the spec's step is used)."""
+        ...
+
+    @property
+    def window_steps(self) -> int | None:
+        """Steps of recent history the model reads (None: it does not say; the default window is used)."""
         ...
 
 
@@ -95,11 +102,15 @@ class Reconciler:
 
     @property
     def model_step_seconds(self) -> int:
-        step = getattr(self.model, "step_seconds", None)
-        return int(step) if isinstance(step, int) and step > 0 else self.spec.model.step_seconds
+        step = self.model.step_seconds
+        return int(step) if step is not None and step > 0 else self.spec.model.step_seconds
 
-    def step(self, state: PlannerState, *, cluster_share: ClusterShare | None = None) -> ReconcileResult:
-        """One reconcile. ``cluster_share``: what the cluster-wide budget leaves this scaler now (None: no cap)."""
+    def step(self, state: PlannerState, *, cluster_share: ClusterShare | None = None,
+             cluster: ClusterPort | None = None) -> ReconcileResult:
+        """One reconcile. ``cluster_share``: what the cluster-wide budget leaves this scaler now (None: no cap).
+        ``cluster``: the port this period observes and acts through (the controller builds one per
+        reconcile, since a port remembers what it observed); None: the one given at construction."""
+        port = self.cluster if cluster is None else cluster
         now = self.clock.now()
         metrics_problem = None
         demand: DemandSample | None
@@ -108,13 +119,13 @@ class Reconciler:
         except SourceError as exc:
             demand, metrics_problem = None, f"metrics unavailable: {exc}"
         forecast, forecast_problem = self._forecast(now)
-        observed = self.cluster.observe(now)
+        observed = port.observe(now)
         decision, new_state = plan(self.spec, forecast, demand, observed, state, now,
                                    forecast_problem=forecast_problem, metrics_problem=metrics_problem,
                                    cluster_share=cluster_share)
         applied = False
         if self.spec.mode == "scale":
-            self.cluster.apply(decision, now)
+            port.apply(decision, now)
             applied = True
         return ReconcileResult(
             now=now, decision=decision, state=new_state, forecast=forecast, demand=demand,
@@ -135,8 +146,8 @@ class Reconciler:
         """History handed to the model: the spec's window, else what the model reads, else 7 days."""
         if self.spec.model.recent_window_seconds is not None:
             return timedelta(seconds=self.spec.model.recent_window_seconds)
-        steps = getattr(self.model, "window_steps", None)
-        if isinstance(steps, int) and steps > 0:
+        steps = self.model.window_steps
+        if steps is not None and steps > 0:
             return timedelta(seconds=steps * self.model_step_seconds)
         return timedelta(seconds=DEFAULT_RECENT_WINDOW_SECONDS)
 

@@ -441,31 +441,11 @@ def check_missing(series: Series, max_missing: float | None) -> None:
 def _parse_timestamps(col: pd.Series, source: str, first_row: int,
                       timezone: zoneinfo.ZoneInfo | None = None) -> pd.DatetimeIndex:
     if pd.api.types.is_datetime64_any_dtype(col):
-        ts = pd.DatetimeIndex(col)
-        if ts.isna().any():
-            i = int(np.flatnonzero(ts.isna())[0])
-            raise DataError(f"{source}: row {i + first_row}: empty timestamp; every row needs one")
-        if ts.tz is None:
-            if timezone is None:
-                raise DataError(_naive_message(source, first_row, str(ts[0]), "the timestamp column has no time zone"))
-            return _localize(ts, timezone, source, first_row)
-        return _in_range(ts.tz_convert("UTC"), source, first_row)
+        return _typed_timestamps(col, source, first_row, timezone)
     text = col.astype(str).str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
     if numeric.notna().all():
-        big = np.flatnonzero(numeric.to_numpy() > _EPOCH_MS_THRESHOLD)
-        if big.size:
-            i = int(big[0])
-            raise DataError(
-                f"{source}: row {i + first_row}: timestamp {text.iloc[i]} looks like epoch milliseconds; "
-                "write epoch seconds (divide by 1000) or ISO-8601 times"
-            )
-        seconds = numeric.to_numpy(dtype=float)
-        out = np.flatnonzero((seconds < _FIRST_TIME.timestamp()) | (seconds > _LAST_TIME.timestamp()))
-        if out.size:
-            i = int(out[0])
-            raise DataError(_range_message(source, i + first_row, text.iloc[i]))
-        return pd.DatetimeIndex(pd.to_datetime(seconds, unit="s", utc=True))
+        return _epoch_seconds(text, numeric, source, first_row)
     if numeric.notna().any():
         i = int(np.flatnonzero(numeric.isna().to_numpy())[0])
         raise DataError(
@@ -503,6 +483,37 @@ def _parse_timestamps(col: pd.Series, source: str, first_row: int,
             raise DataError(_naive_message(source, first_row, text.iloc[0], "the timestamps have no UTC offset"))
         return _localize(ts, timezone, source, first_row)
     return _in_range(ts, source, first_row)
+
+
+def _typed_timestamps(col: pd.Series, source: str, first_row: int,
+                      timezone: zoneinfo.ZoneInfo | None) -> pd.DatetimeIndex:
+    """A column the reader already typed as datetimes (Parquet): no empty one, and a time zone."""
+    ts = pd.DatetimeIndex(col)
+    if ts.isna().any():
+        i = int(np.flatnonzero(ts.isna())[0])
+        raise DataError(f"{source}: row {i + first_row}: empty timestamp; every row needs one")
+    if ts.tz is None:
+        if timezone is None:
+            raise DataError(_naive_message(source, first_row, str(ts[0]), "the timestamp column has no time zone"))
+        return _localize(ts, timezone, source, first_row)
+    return _in_range(ts.tz_convert("UTC"), source, first_row)
+
+
+def _epoch_seconds(text: pd.Series, numeric: pd.Series, source: str, first_row: int) -> pd.DatetimeIndex:
+    """Timestamps that are all numbers: epoch seconds (milliseconds are refused, not guessed)."""
+    big = np.flatnonzero(numeric.to_numpy() > _EPOCH_MS_THRESHOLD)
+    if big.size:
+        i = int(big[0])
+        raise DataError(
+            f"{source}: row {i + first_row}: timestamp {text.iloc[i]} looks like epoch milliseconds; "
+            "write epoch seconds (divide by 1000) or ISO-8601 times"
+        )
+    seconds = numeric.to_numpy(dtype=float)
+    out = np.flatnonzero((seconds < _FIRST_TIME.timestamp()) | (seconds > _LAST_TIME.timestamp()))
+    if out.size:
+        i = int(out[0])
+        raise DataError(_range_message(source, i + first_row, text.iloc[i]))
+    return pd.DatetimeIndex(pd.to_datetime(seconds, unit="s", utc=True))
 
 
 def _one_time(text: str, *, bounded: bool = True) -> pd.Timestamp | None:

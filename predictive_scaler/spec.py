@@ -145,7 +145,6 @@ def _validate_value(cls: type, f: dataclasses.Field[Any], value: Any) -> Any:
     err = getattr(cls, "_error", ConfigError)
     key = camel(f.name)
     tp, optional = _unwrap_optional(_hints(cls)[f.name])
-    md = f.metadata
 
     def fail(detail: str) -> typing.NoReturn:
         raise err(f"{key}: {detail}", field=key)
@@ -154,7 +153,15 @@ def _validate_value(cls: type, f: dataclasses.Field[Any], value: Any) -> Any:
         if optional:
             return None
         fail("is required; set it (see the description in the CRD schema)")
-    origin = typing.get_origin(tp)
+    if tp in (bool, int, float, str):
+        return _validate_scalar(tp, f, value, fail)
+    return _validate_compound(cls, f, tp, value, fail)
+
+
+def _validate_scalar(tp: type, f: dataclasses.Field[Any], value: Any,
+                     fail: typing.Callable[[str], typing.NoReturn]) -> Any:
+    """A bool, int, float or str field's value (a whole float is an int; numbers within their bounds)."""
+    md = f.metadata
     if tp is bool:
         if not isinstance(value, bool):
             fail(f"must be true or false, got {value!r}")
@@ -180,6 +187,13 @@ def _validate_value(cls: type, f: dataclasses.Field[Any], value: Any) -> Any:
         if md.get("min_length") and len(value) < md["min_length"]:
             fail("must not be empty")
         return value
+    raise AssertionError(f"not a scalar type: {tp!r}")  # pragma: no cover - _validate_value checks
+
+
+def _validate_compound(cls: type, f: dataclasses.Field[Any], tp: Any, value: Any,
+                       fail: typing.Callable[[str], typing.NoReturn]) -> Any:
+    """A Literal, section, list or string map field's value."""
+    origin = typing.get_origin(tp)
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:

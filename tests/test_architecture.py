@@ -72,3 +72,22 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line:
     assert done.returncode != 0, f"lint-imports passed with {line!r} in {module}:\n{done.stdout}"
     assert "Broken contracts" in done.stdout, done.stdout
     assert broken in done.stdout.split("Broken contracts", 1)[1], done.stdout
+
+
+def test_the_wheel_ships_the_product_without_the_lab(tmp_path: Path) -> None:
+    """The built wheel holds the package only: no benchmark driver, no test helper."""
+    import zipfile
+
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "*.egg-info", "__pycache__", "*.pyc", "backtests", "models", "deploy"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "--quiet", "--wheel-dir", str(tmp_path / "dist"), str(source)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = (tmp_path / "dist").glob("predictive_scaler-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/", 1)[0] for name in names}
+    assert tops == {"predictive_scaler", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+    assert "predictive_scaler/reconcile.py" in names
+    assert not [n for n in names if "benchmarks" in n or "openmetrics" in n or n.startswith("tests/")]

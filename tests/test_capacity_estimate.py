@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from support.standins import gpu_service_day
 
 from predictive_scaler.capacity_estimate import estimate_capacity, summarise_idle
 from predictive_scaler.errors import DataError
 from predictive_scaler.series import Series
+from tests.support.standins import gpu_service_day
 
 STEP = 300
 START = pd.Timestamp("2026-01-05", tz="UTC")

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from predictive_scaler import crd
+from predictive_scaler.kube.manifests import API_VERSION, KIND
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "deploy" / "base" / "crd.yaml"
@@ -35,7 +36,7 @@ JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool,
               "integer": int, "number": (int, float)}
 
 
-def structural_problems(node: dict[str, Any], path: str = "") -> list[str]:
+def structural_problems(node: dict[str, Any], path: str = "") -> list[str]:  # noqa: C901
     """Why the API server would reject ``node`` as a structural schema (empty list: it would not)."""
     problems = [f"{path}: {key!r} is not allowed in a CRD schema"
                 for key in node if key not in ALLOWED_KEYS]
@@ -183,13 +184,14 @@ EXPECTED_CELLS = {"Target": "llm", "Mode": "scale", "Strategy": "predictive", "R
                   "Model": "v7", "Reason": "ScalingLimited", "Age": "2026-01-02T03:04:05Z"}
 
 
+@pytest.mark.kubectl
 @pytest.mark.parametrize("column", crd.PRINTER_COLUMNS, ids=[c["name"] for c in crd.PRINTER_COLUMNS])
 def test_printer_column_shows_the_sample_status(tmp_path, column):
     # kubectl's own JSONPath engine (client-go's, the one the API server's table printer uses),
     # run on a local file: no cluster is contacted.
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is required (it evaluates the printer columns' JSONPaths)"
-    sample = {"apiVersion": crd.API_VERSION, "kind": crd.KIND,
+    sample = {"apiVersion": API_VERSION, "kind": KIND,
               "metadata": {"name": "llm", "namespace": "ml", "creationTimestamp": "2026-01-02T03:04:05Z"},
               "spec": {"target": {"name": "llm"}, "demand": {"kind": "dcgm-busy-gpus"}, "mode": "scale",
                        "quantile": 0.9, "horizonSeconds": 3600},

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.errors import ClusterError
+from predictive_scaler.errors import ClusterError, ServerError
 from predictive_scaler.policy import reasons as why
 from predictive_scaler.policy.budget import ClusterShare
 from predictive_scaler.policy.reasons import Limit
@@ -193,7 +193,7 @@ def test_cluster_fault_propagates_and_changes_no_strategy() -> None:
     run = Run(make_spec(), lambda t: 100.0, lambda t: 100.0)
     run.minutes(5)
     state_before = run.state
-    run.cluster.fail_apply = ClusterError("503 from the API server; retrying", status=503, retryable=True)
+    run.cluster.fail_apply = ServerError("503 from the API server; retrying", status=503)
     with pytest.raises(ClusterError):
         run.reconciler.step(run.state)
     run.cluster.fail_apply = None

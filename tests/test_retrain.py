@@ -19,22 +19,18 @@ import pandas as pd
 import pytest
 
 from predictive_scaler.clock import FakeClock
+from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.errors import ConfigError, DataError
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore, load_artifact
-from predictive_scaler.retrain import (
-    GpuUsage,
+from predictive_scaler.retrain.history import GpuUsage
+from predictive_scaler.retrain.job import default_run_id, read_record, retrain_scaler, run_retrain
+from predictive_scaler.retrain.settings import (
     RetrainSettings,
     ScalerTarget,
-    default_run_id,
     load_scalers_file,
-    read_record,
-    retrain_scaler,
-    run_retrain,
     scaler_from_manifest,
-    select_shard,
-    shard_from_environment,
-    shard_of,
 )
+from predictive_scaler.retrain.sharding import select_shard, shard_from_environment
 from predictive_scaler.series import Series, check_history
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday

@@ -31,7 +31,6 @@ import yaml
 from pytest_httpserver import HTTPServer
 
 import predictive_scaler
-from predictive_scaler import crd
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.handlers import configure
 from predictive_scaler.controller.service import ControllerService
@@ -47,11 +46,11 @@ from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore, Training
 from predictive_scaler.kube import api_calls, discovery, manifests
 from predictive_scaler.kube.api_calls import api_call_for
 from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.manifests import GROUP, KIND, PLURAL
 from predictive_scaler.kube.placeholders import PlaceholderSpec
 from predictive_scaler.kube.retry import RetryPolicy
 from predictive_scaler.series import Series
 from predictive_scaler.sources.prometheus import PrometheusSource
-from tests.deploy.test_rbac import admission_needs
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.ports import FakeMetrics
 
@@ -149,9 +148,9 @@ def kopf_needs() -> set[Permission]:
     assert settings.scanning.disabled, "scanning would list/watch customresourcedefinitions"
     assert isinstance(settings.persistence.progress_storage, kopf.StatusProgressStorage)
     needs = {
-        (crd.GROUP, crd.PLURAL, "list"), (crd.GROUP, crd.PLURAL, "watch"),  # the watch
-        (crd.GROUP, crd.PLURAL, "patch"),  # last-handled-configuration annotation
-        (crd.GROUP, f"{crd.PLURAL}/status", "patch"),  # status.kopf.progress
+        (GROUP, PLURAL, "list"), (GROUP, PLURAL, "watch"),  # the watch
+        (GROUP, PLURAL, "patch"),  # last-handled-configuration annotation
+        (GROUP, f"{PLURAL}/status", "patch"),  # status.kopf.progress
     }
     if settings.posting.enabled:
         needs.add(("", "events", "create"))  # kopf's own Warning/Error Events
@@ -175,7 +174,11 @@ def test_kopf_own_calls_are_granted() -> None:
     assert not missing, f"kopf needs but is not granted: {sorted(missing)}"
 
 
+@pytest.mark.kubectl
 def test_nothing_granted_beyond_the_calls_and_kopf() -> None:
+    # Imported here: importing test_rbac renders deploy/ with kubectl.
+    from tests.deploy.test_rbac import admission_needs
+
     # Everything the adapter can call (API_CALLS, templated /scale for the built-in kinds) plus kopf,
     # plus what admission asks for (update on the finalizers: the placeholder's blockOwnerDeletion).
     possible: set[Permission] = set(kopf_needs()) | set(admission_needs())
@@ -206,7 +209,7 @@ def test_no_secrets_no_wildcards_and_leases_only_for_shards() -> None:
 def test_the_placeholder_owner_reference_is_the_scaler() -> None:
     body = manifests.placeholder_deployment(TARGET, NS, "uid-1", 1, 1, "pc", "img", {}, [])
     (owner,) = body["metadata"]["ownerReferences"]
-    assert owner["kind"] == crd.KIND and owner["uid"] == "uid-1"
+    assert owner["kind"] == KIND and owner["uid"] == "uid-1"
 
 
 # -- no pickle -----------------------------------------------------------------------------------------

@@ -29,14 +29,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy, naive_scale
+from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy
 from predictive_scaler.backtest.records import ForecastRecord, ModelEvent, Progress, Setup
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.clock import FakeClock
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.errors import DataError, ModelError, SourceError
-from predictive_scaler.forecasting.base import FittedModel, Forecast
+from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.evaluation import model_series
-from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
+from predictive_scaler.forecasting.metrics import naive_scale
+from predictive_scaler.policy.planner import ClusterState, Decision
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
 from predictive_scaler.retrain.history import GpuUsage
@@ -345,7 +347,7 @@ class PredictiveCache:
                              "forecasters or protocol); give it a cache of its own")
 
 
-def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | None = None,
+def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | None = None,  # noqa: PLR0915
                    reconciler_class: type[Reconciler] = Reconciler,
                    cache: PredictiveCache | None = None) -> tuple[PolicyRun, dict[str, Any]]:
     """Walk the evaluation forward through the reconciler; returns the run and the forecast record.

@@ -22,19 +22,14 @@ import numpy as np
 
 from predictive_scaler.backtest.adapters import run_predictive
 from predictive_scaler.backtest.measures import speculative_per_tick
-from predictive_scaler.backtest.runner import (
-    Setup,
-    counterfactual,
-    deep_merge,
-    initial_replicas,
-    prepare,
-)
-from predictive_scaler.backtest.scenario import Scenario
+from predictive_scaler.backtest.records import Setup, prepare
+from predictive_scaler.backtest.runner import counterfactual, initial_replicas
+from predictive_scaler.backtest.scenario import Scenario, deep_merge
 from predictive_scaler.backtest.simulator import PolicyRun
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.policy.budget import ClusterShare, allowance, cluster_share
 from predictive_scaler.policy.state import PlannerState
-from predictive_scaler.reconcile import Reconciler, ReconcileResult
+from predictive_scaler.reconcile import ClusterPort, Reconciler, ReconcileResult
 from predictive_scaler.series import Series
 
 __all__ = ["FleetResult", "ScalerRun", "run_fleet"]
@@ -113,13 +108,14 @@ def _sharing(ledger: _Ledger, name: str, price: float | None, below: list[int]) 
     class Sharing(Reconciler):
         """The shared reconciler, handed the cluster's share as the controller hands it."""
 
-        def step(self, state: PlannerState, *, cluster_share: ClusterShare | None = None) -> ReconcileResult:
+        def step(self, state: PlannerState, *, cluster_share: ClusterShare | None = None,
+                 cluster: ClusterPort | None = None) -> ReconcileResult:
             now = self.clock.now()
             share = ledger.share(name, now, price)
             own = allowance(self.spec.prewarm.budget).gpus
             if share.gpus is not None and share.gpus < own:
                 below[0] += 1
-            result = super().step(state, cluster_share=share)
+            result = super().step(state, cluster_share=share, cluster=cluster)
             ledger.settle(name, now, result.decision.speculative_gpus if result.applied else 0, price)
             return result
 

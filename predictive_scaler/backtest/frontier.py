@@ -32,13 +32,12 @@ import numpy as np
 
 from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
 from predictive_scaler.backtest.measures import measure_policy
-from predictive_scaler.backtest.records import Progress, Setup
+from predictive_scaler.backtest.records import Progress, Setup, prepare
 from predictive_scaler.backtest.runner import (
     Result,
     _clean,
     hpa_run,
     initial_replicas,
-    prepare,
     run_backtest,
 )
 from predictive_scaler.backtest.scenario import Scenario

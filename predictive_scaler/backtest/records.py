@@ -27,8 +27,15 @@ from predictive_scaler.errors import ConfigError, InsufficientHistoryError
 from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import DEFAULT_MODEL_STEP, ScalerSpec
 
-__all__ = ["DEFAULT_MODEL_STEP", "ForecastRecord", "ModelEvent", "PEAK_FACTOR_QUANTILE", "Progress", "Setup",
-           "intra_step_peak_factor", "prepare"]
+__all__ = [
+    "ForecastRecord",
+    "ModelEvent",
+    "PEAK_FACTOR_QUANTILE",
+    "Progress",
+    "Setup",
+    "intra_step_peak_factor",
+    "prepare",
+]
 
 #: A tick counter (the CLI's progress bar).
 Progress = Callable[[int], None]

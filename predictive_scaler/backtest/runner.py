@@ -31,25 +31,15 @@ from predictive_scaler.backtest.measures import (
     measure_policy,
     ratio,
 )
-from predictive_scaler.backtest.records import (
-    DEFAULT_MODEL_STEP,
-    PEAK_FACTOR_QUANTILE,
-    ForecastRecord,
-    ModelEvent,
-    Progress,
-    Setup,
-    intra_step_peak_factor,
-    prepare,
-)
-from predictive_scaler.backtest.scenario import Scenario, build_spec, deep_merge
+from predictive_scaler.backtest.records import ForecastRecord, ModelEvent, Progress, Setup, prepare
+from predictive_scaler.backtest.scenario import Scenario
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.policy.budget import allowance
 from predictive_scaler.series import Series
 
 # The protocol's names, as the runner has always offered them.
-__all__ = ["DEFAULT_MODEL_STEP", "PEAK_FACTOR_QUANTILE", "ForecastRecord", "ModelEvent", "Progress", "Result",
-           "Setup", "build_spec", "deep_merge", "intra_step_peak_factor", "prepare", "run_backtest"]
+__all__ = ["Result", "run_backtest"]
 
 #: Step the Holt-Winters peer is fitted at.
 HOLT_WINTERS_STEP = 900
@@ -72,7 +62,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` shape of issue 4 (undefined values are None)."""
+        """The ``--json`` shape: scenario, bound, each policy's measures, forecast accuracy (undefined: None)."""
         scenario = self.setup.scenario.to_dict()
         scenario.update(self.setup.describe())
         scenario["notes"] = list(self.notes)  # what the run assumed ("prewarm disabled: no budget" …)

@@ -88,6 +88,13 @@ class Scenario:
         cp = self.control_period.total_seconds()
         if cp < 1 or cp != int(cp) or cp > 600:
             raise ConfigError(f"control_period must be whole seconds in 1s..10m, got {cp}s", field="control_period")
+        # In this order, so that a scenario with several faults always names the same one first.
+        self._check_replicas()
+        self._check_windows()
+        self._check_planning()
+        self._check_names()
+
+    def _check_replicas(self) -> None:
         if self.capacity_per_replica is None and self.peak_replicas is None:
             raise ConfigError("give peak_replicas or capacity_per_replica to turn demand into replicas", field="peak_replicas")
         if self.capacity_per_replica is not None and not (math.isfinite(self.capacity_per_replica) and self.capacity_per_replica > 0):
@@ -98,6 +105,8 @@ class Scenario:
             raise ConfigError(f"max_replicas ({self.max_replicas}) must be ≥ min_replicas ({self.min_replicas}) and ≥ 1", field="max_replicas")
         if self.min_replicas < 0:
             raise ConfigError(f"min_replicas must be ≥ 0, got {self.min_replicas}", field="min_replicas")
+
+    def _check_windows(self) -> None:
         if self.evaluation is not None and self.evaluation < MIN_EVALUATION:
             raise ConfigError(
                 f"evaluation {_span(self.evaluation)} is too short to report on; give at least "
@@ -108,6 +117,8 @@ class Scenario:
                               "recommended)", field="training")
         if self.retrain_every < timedelta(hours=1):
             raise ConfigError(f"retrain_every {self.retrain_every} is too short; weekly (7d) is the default", field="retrain_every")
+
+    def _check_planning(self) -> None:
         if not 0.5 <= self.quantile < 1:
             raise ConfigError(f"quantile must be in [0.5, 1), got {self.quantile}", field="quantile")
         if not 0.1 <= self.target_utilization <= 1:
@@ -117,6 +128,9 @@ class Scenario:
                               f"{self.predictive_target_utilization}", field="predictive_target_utilization")
         if self.demand_unit_seconds <= 0:
             raise ConfigError("demand_unit_seconds must be > 0 (60 for a per-minute rate)", field="demand_unit_seconds")
+
+    def _check_names(self) -> None:
+        """The policies, forecasters and horizons: known ones, and at least one of each list."""
         for p in self.policies:
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}; {did_you_mean(p, POLICIES)}choose from "
@@ -190,39 +204,8 @@ class Scenario:
         kw: dict[str, Any] = {"name": str(data.get("name", name))}
         preset = str(data.get("preset", "karpenter"))
         kw["preset"] = preset
-        cluster = data.get("cluster") or {}
-        if not isinstance(cluster, dict):
-            raise ConfigError("cluster must be a mapping of simulator settings", field="cluster")
-        bad = sorted(set(cluster) - set(ClusterConfig.__dataclass_fields__))
-        if bad:
-            raise ConfigError(
-                f"cluster: unknown setting(s) {', '.join(bad)}; {did_you_mean(bad[0], ClusterConfig.__dataclass_fields__)}"
-                f"known: {', '.join(ClusterConfig.__dataclass_fields__)}",
-                field=f"cluster.{bad[0]}",
-            )
-        overrides = {k: (_seconds(v, f"cluster.{k}") if k.endswith("_s") else v) for k, v in cluster.items()}
-        try:
-            kw["cluster"] = ClusterConfig.preset(preset, **overrides)
-        except TypeError as exc:
-            raise ConfigError(f"cluster: {exc}", field="cluster") from exc
-        for key in ("control_period", "retrain_every"):
-            if key in data:
-                kw[key] = _duration(data[key], key)
-        for key in ("training", "evaluation"):
-            if data.get(key) not in (None, "auto"):
-                kw[key] = _duration(data[key], key)
-        for key in ("peak_replicas", "max_replicas", "min_replicas"):
-            if key in data:
-                kw[key] = None if data[key] is None else _int(data[key], key)
-        for key in ("capacity_per_replica", "quantile", "target_utilization", "predictive_target_utilization",
-                    "demand_unit_seconds"):
-            if key in data:
-                kw[key] = None if data[key] is None else _float(data[key], key)
-        if "horizons" in data:
-            kw["horizons"] = tuple(_duration(h, "horizons") for h in _list(data["horizons"], "horizons"))
-        for key in ("forecasters", "policies"):
-            if key in data:
-                kw[key] = tuple(str(x) for x in _list(data[key], key))
+        kw["cluster"] = _cluster_config(data.get("cluster") or {}, preset)
+        kw.update(_typed_settings(data))
         if "spec" in data:
             if not isinstance(data["spec"], dict):
                 raise ConfigError("spec must be a mapping (the PredictiveScaler spec, camelCase)", field="spec")
@@ -235,6 +218,48 @@ class Scenario:
         if data.get("cluster_budget") is not None:
             kw["cluster_budget"] = _cluster_budget(data["cluster_budget"])
         return cls(**kw)
+
+
+def _cluster_config(cluster: Any, preset: str) -> ClusterConfig:
+    """The scenario's ``cluster`` section: the preset's simulator with the settings it overrides."""
+    if not isinstance(cluster, dict):
+        raise ConfigError("cluster must be a mapping of simulator settings", field="cluster")
+    bad = sorted(set(cluster) - set(ClusterConfig.__dataclass_fields__))
+    if bad:
+        raise ConfigError(
+            f"cluster: unknown setting(s) {', '.join(bad)}; {did_you_mean(bad[0], ClusterConfig.__dataclass_fields__)}"
+            f"known: {', '.join(ClusterConfig.__dataclass_fields__)}",
+            field=f"cluster.{bad[0]}",
+        )
+    overrides = {k: (_seconds(v, f"cluster.{k}") if k.endswith("_s") else v) for k, v in cluster.items()}
+    try:
+        return ClusterConfig.preset(preset, **overrides)
+    except TypeError as exc:
+        raise ConfigError(f"cluster: {exc}", field="cluster") from exc
+
+
+def _typed_settings(data: dict[str, Any]) -> dict[str, Any]:
+    """The scalar and list settings ``data`` gives, each read as its type (durations, numbers, names)."""
+    kw: dict[str, Any] = {}
+    for key in ("control_period", "retrain_every"):
+        if key in data:
+            kw[key] = _duration(data[key], key)
+    for key in ("training", "evaluation"):
+        if data.get(key) not in (None, "auto"):
+            kw[key] = _duration(data[key], key)
+    for key in ("peak_replicas", "max_replicas", "min_replicas"):
+        if key in data:
+            kw[key] = None if data[key] is None else _int(data[key], key)
+    for key in ("capacity_per_replica", "quantile", "target_utilization", "predictive_target_utilization",
+                "demand_unit_seconds"):
+        if key in data:
+            kw[key] = None if data[key] is None else _float(data[key], key)
+    if "horizons" in data:
+        kw["horizons"] = tuple(_duration(h, "horizons") for h in _list(data["horizons"], "horizons"))
+    for key in ("forecasters", "policies"):
+        if key in data:
+            kw[key] = tuple(str(x) for x in _list(data[key], key))
+    return kw
 
 
 def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int,

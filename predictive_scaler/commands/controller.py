@@ -3,7 +3,9 @@
 Watch PredictiveScaler resources and, every --interval seconds, forecast each one's demand from
 Prometheus, plan replicas and prewarmed GPUs, and (in mode: scale) act through the Kubernetes API.
 Settings default to the PREDICTIVE_SCALER_* environment variables of the deploy/ ConfigMap. Run
-exactly one replica: kopf peering is not leader election. Logs are JSON lines on stderr; /metrics,
+one replica per shard: without PREDICTIVE_SCALER_SHARD_COUNT exactly one (kopf peering is not leader
+election); with PREDICTIVE_SCALER_SHARD_COUNT=N, N replicas of a StatefulSet, each reconciling only
+its shard of the scalers, fenced by a Lease. Logs are JSON lines on stderr; /metrics,
 /healthz (liveness) and /readyz (readiness) are served over HTTP; SIGTERM stops it within seconds.
 """
 

@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.commands._flags import add_command
+
+if TYPE_CHECKING:
+    from predictive_scaler.kube.client import KubeCluster
+    from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
 
 
 def register(subparsers: Any) -> None:
@@ -50,30 +54,22 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # BLAS threads per process fight over a small pod's cores (see retrain.SINGLE_THREAD_ENV):
+    # BLAS threads per process fight over a small pod's cores (see retrain.job.SINGLE_THREAD_ENV):
     # set before numpy is imported here and inherited by the worker processes.
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
     import json
     import logging
-    from dataclasses import replace
     from datetime import UTC, datetime
     from pathlib import Path
 
     from predictive_scaler.commands._flags import check_output, parse_time_flag
-    from predictive_scaler.errors import ClusterError, ConfigError, DataError
-    from predictive_scaler.forecasting.registry import parse_kinds
+    from predictive_scaler.errors import ClusterError, ConfigError
     from predictive_scaler.forecasting.store import ModelStore
-    from predictive_scaler.retrain import (
-        PrometheusHistory,
-        RetrainSettings,
-        ScalerOutcome,
-        load_scalers_file,
-        run_retrain,
-        scaler_from_manifest,
-        shard_from_environment,
-    )
-    from predictive_scaler.series import parse_duration
+    from predictive_scaler.retrain.history import PrometheusHistory
+    from predictive_scaler.retrain.job import run_retrain
+    from predictive_scaler.retrain.outcome import ScalerOutcome
+    from predictive_scaler.retrain.sharding import shard_from_environment
     from predictive_scaler.sources.prometheus import PrometheusSource
 
     log = logging.getLogger("predictive_scaler.retrain")
@@ -83,15 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.store:
         raise ConfigError("no model store: pass --store DIR or set PREDICTIVE_SCALER_MODEL_STORE", field="store")
     check_output("--store", args.store, directory=True)  # before any history is pulled
-    try:
-        settings = RetrainSettings(
-            history=parse_duration(args.history), min_history=parse_duration(args.min_history),
-            holdout=parse_duration(args.holdout), max_missing_fraction=args.max_missing, keep=args.keep,
-        )
-        if args.models:
-            settings = replace(settings, kinds=parse_kinds(args.models))
-    except DataError as exc:
-        raise ConfigError(str(exc), field="history") from exc
+    settings = _settings(args)
     now = datetime.now(UTC)
     if args.now:
         now = parse_time_flag("--now", args.now).to_pydatetime()
@@ -99,17 +87,7 @@ def run(args: argparse.Namespace) -> int:
     index = env_index if args.shard_index is None else args.shard_index
     count = env_count if args.shard_count is None else args.shard_count
 
-    kube = None
-    if args.config:
-        targets = load_scalers_file(args.config, default_namespace=args.namespace or "default")
-        if args.namespace:
-            targets = [t for t in targets if t.namespace == args.namespace]
-    else:
-        from predictive_scaler.kube.client import KubeCluster
-        from predictive_scaler.kube.kubeconfig import api_client_from_environment
-
-        kube = KubeCluster(api_client_from_environment(args.kubeconfig))
-        targets = [scaler_from_manifest(obj) for obj in kube.list_scalers(args.namespace)]
+    targets, kube = _targets(args)
 
     def write_status(outcome: ScalerOutcome) -> None:
         if kube is None or args.no_status or outcome.result == "already-done":
@@ -130,6 +108,42 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_report(report)
     return 1 if report.failed else 0
+
+
+def _settings(args: argparse.Namespace) -> RetrainSettings:
+    from dataclasses import replace
+
+    from predictive_scaler.errors import ConfigError, DataError
+    from predictive_scaler.forecasting.registry import parse_kinds
+    from predictive_scaler.retrain.settings import RetrainSettings
+    from predictive_scaler.series import parse_duration
+
+    try:
+        settings = RetrainSettings(
+            history=parse_duration(args.history), min_history=parse_duration(args.min_history),
+            holdout=parse_duration(args.holdout), max_missing_fraction=args.max_missing, keep=args.keep,
+        )
+        if args.models:
+            settings = replace(settings, kinds=parse_kinds(args.models))
+    except DataError as exc:
+        raise ConfigError(str(exc), field="history") from exc
+    return settings
+
+
+def _targets(args: argparse.Namespace) -> tuple[list[ScalerTarget], KubeCluster | None]:
+    """The scalers to retrain (from --config, or listed in the cluster), and the cluster client if any."""
+    from predictive_scaler.retrain.settings import load_scalers_file, scaler_from_manifest
+
+    if args.config:
+        targets = load_scalers_file(args.config, default_namespace=args.namespace or "default")
+        if args.namespace:
+            targets = [t for t in targets if t.namespace == args.namespace]
+        return targets, None
+    from predictive_scaler.kube.client import KubeCluster
+    from predictive_scaler.kube.kubeconfig import api_client_from_environment
+
+    kube = KubeCluster(api_client_from_environment(args.kubeconfig))
+    return [scaler_from_manifest(obj) for obj in kube.list_scalers(args.namespace)], kube
 
 
 def _print_report(report: Any) -> None:

@@ -40,13 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
     from predictive_scaler.commands._flags import check_output, max_missing, positive_duration
     from predictive_scaler.errors import ConfigError, DataError
-    from predictive_scaler.forecasting.evaluation import EvaluationSettings
+    from predictive_scaler.forecasting.evaluation import EvaluationSettings, model_series
     from predictive_scaler.forecasting.registry import parse_kinds
-    from predictive_scaler.forecasting.selection import (
-        model_series,
-        planned_training_fits,
-        train_model,
-    )
+    from predictive_scaler.forecasting.selection import planned_training_fits, train_model
     from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
     from predictive_scaler.series import format_duration, load_trace, parse_duration
 

@@ -1,13 +1,14 @@
 """What the Kubernetes API did to one reconcile: error answers and the retries that absorbed them.
 
-:class:`~predictive_scaler.kube.client.KubeCluster` retries a 409, a 429, a 5xx or
-an unreachable server inside one call (``kube/retry.py``); a call that finally
+:class:`~predictive_scaler.kube.client.KubeCluster` retries a conflict, a throttle, a server
+error or an unreachable server inside one call (``kube/retry.py``); a call that finally
 succeeds leaves no trace, and one that fails surfaces only its last error. The
 ``ApiDegraded`` condition and ``predictive_scaler_api_retries_total`` need the
 retries too, so the edge that builds the adapter (``run.py``, the test harness)
 wires an :class:`ApiActivity` around the two things it hands ``KubeCluster``:
 
-- the API client (:meth:`ApiActivity.wrap`), to see the status of every answer;
+- the API client (:meth:`ApiActivity.wrap`), to see every answer (its status means what
+  :func:`~predictive_scaler.kube.api_errors.api_error` says, as for KubeCluster);
 - the retry sleep (:meth:`ApiActivity.sleep`), called exactly once before each retry,
   so a retry is counted under the kind of the answer that caused it.
 
@@ -15,7 +16,8 @@ The same wrapper notes whether this reconcile has sent a write yet (:meth:`ApiAc
 on SIGTERM a period that has written nothing is abandoned, one that has is finished (lifecycle.py).
 
 Tallies are per thread: kopf runs each reconcile of a sync handler in one worker
-thread, from :meth:`begin` to :meth:`take`. Nothing here imports ``kubernetes``.
+thread, from :meth:`begin` to :meth:`take`. Nothing here imports ``kubernetes``: the answers are
+classified by the error type they map to, never by their status number.
 """
 
 from __future__ import annotations
@@ -26,24 +28,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictive_scaler.errors import MissingApiError
+from predictive_scaler.errors import ConflictError, MissingApiError, ServerError, ThrottledError
+from predictive_scaler.kube.api_errors import api_error
 
 #: Retry kinds, the ``kind`` label of ``predictive_scaler_api_retries_total``.
 RETRY_KINDS: tuple[str, ...] = ("conflict", "throttled", "server-error", "unreachable")
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def error_kind(status: int | None) -> str | None:
-    """The retry kind of an answer's HTTP status (None: no status — nothing reached the server)."""
-    if not status:
-        return "unreachable"
-    if status == 409:
+def error_kind(error: BaseException | None) -> str | None:
+    """The retry kind of an API error (None: no error, or one no retry absorbs)."""
+    if isinstance(error, ConflictError):
         return "conflict"
-    if status == 429:
+    if isinstance(error, ThrottledError):
         return "throttled"
-    if status >= 500:
-        return "server-error"
+    if isinstance(error, ServerError):
+        return "server-error" if error.status else "unreachable"
     return None
+
+
+def answer_kind(status: int | None) -> str | None:
+    """The retry kind of an answer with HTTP ``status`` (None or 0: nothing came back)."""
+    return error_kind(api_error(status, "an API call"))
 
 
 def failure_kind(exc: Exception) -> str:
@@ -52,7 +58,7 @@ def failure_kind(exc: Exception) -> str:
     if isinstance(exc, MissingApiError):
         return f"{MISSING_API} {exc.api}"
     status = getattr(exc, "status", None)
-    return error_kind(status) or (f"HTTP {status}" if status else "unreachable")
+    return error_kind(exc) or (f"HTTP {status}" if status else "unreachable")
 
 
 #: Prefix of the failure kind of a reconcile that needs an API the server does not serve.
@@ -113,7 +119,7 @@ class ApiActivity:
 
     def answered(self, status: int | None) -> None:
         _, last = self._state()
-        last[0] = error_kind(status)
+        last[0] = answer_kind(status)
 
     def retried(self) -> None:
         retries, last = self._state()

@@ -5,9 +5,10 @@ handler functions registered on it (:class:`Handlers`), so tests call exactly
 what kopf calls, without an event loop or an API server watch.
 
 Operational notes:
-- kopf peering is not leader election: run ONE replica with the Recreate
-  strategy (deploy/base/deployment.yaml does), and the operator runs standalone
-  (no peering objects, so no RBAC for them).
+- kopf peering is not leader election: run ONE replica per shard — unsharded, one
+  with the Recreate strategy (deploy/base/deployment.yaml does); sharded, one per
+  ordinal fenced by a Lease (controller/shards.py) — and the operator runs
+  standalone (no peering objects, so no RBAC for them).
 - No finalizers: the placeholder is garbage-collected through its ownerReference
   when the PredictiveScaler is deleted, so deletion needs no handler of ours to
   succeed. The optional deletion handler only drops in-memory bookings.

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.errors import ConfigError, ModelError, SourceError
-from predictive_scaler.forecasting.base import FittedModel, Forecast
+from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.store import MODEL_FILE, LoadedModel, ModelStore
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.autoscalers import ConflictingAutoscaler
@@ -37,7 +38,7 @@ from predictive_scaler.kube.cache import HPAS, NODES, PODS, SCALED_OBJECTS, Clus
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.placeholders import PlaceholderInfo, PlaceholderSpec
 from predictive_scaler.kube.workloads import ScaleInfo, WorkloadRef
-from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
+from predictive_scaler.policy.planner import ClusterState, Decision
 from predictive_scaler.series import Series
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.demand import demand_history

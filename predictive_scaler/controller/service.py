@@ -40,7 +40,7 @@ from typing import Any
 
 from predictive_scaler.clock import Clock
 from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, failure_kind
-from predictive_scaler.controller.budget import ClusterBudget
+from predictive_scaler.controller.budget import ClusterBudget, Reservation
 from predictive_scaler.controller.health import LoopMonitor
 from predictive_scaler.controller.lifecycle import Shutdown
 from predictive_scaler.controller.ports import (
@@ -62,16 +62,17 @@ from predictive_scaler.controller.status import (
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.crd import PAUSE_ANNOTATION
-from predictive_scaler.errors import ClusterError, ConfigError, ShuttingDown
+from predictive_scaler.errors import ClusterError, ConfigError, NotFoundError, ShuttingDown
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.keda.answer import answer_for
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.policy.explain import Event
 from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.policy.state import PlannerState
-from predictive_scaler.reconcile import Event, MetricsPort, Reconciler, ReconcileResult
+from predictive_scaler.reconcile import MetricsPort, Reconciler, ReconcileResult
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 
@@ -116,6 +117,46 @@ class Outcome:
     status: dict[str, Any]
     result: ReconcileResult | None = None
     refused: str | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a gate stops the reconcile before (or instead of) the step: the condition's and the Event's
+    reason, the message that says what to do, and what the refused status shows besides."""
+
+    reason: str
+    message: str
+    paused: bool = False
+    conflict: bool = False
+    mode: str | None = None
+    #: The budget the status reports held (None: the previous status's stands).
+    budget: dict[str, Any] | None = None
+    event_type: str = "Warning"
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """The step ran: its result, and the reservation of the cluster budget it ran in."""
+
+    result: ReconcileResult
+    reservation: Reservation
+
+
+@dataclass(frozen=True)
+class Period:
+    """One reconcile of one scaler: whom, what its status said before, and when."""
+
+    ref: ScalerRef
+    runtime: ScalerRuntime
+    previous: dict[str, Any]
+    generation: int | None
+    now: datetime
+    #: ``time.perf_counter()`` when the reconcile began (its duration is a metric).
+    started: float
+
+    @property
+    def now_s(self) -> float:
+        return self.now.timestamp()
 
 
 def is_paused(annotations: Mapping[str, str] | None) -> bool:
@@ -239,130 +280,181 @@ class ControllerService:
     def _reconcile(self, ref: ScalerRef, runtime: ScalerRuntime, spec: Mapping[str, Any] | None,
                    previous: dict[str, Any], annotations: Mapping[str, str] | None, generation: int | None,
                    now: datetime, started: float) -> Outcome:
-        name, namespace, uid = ref.name, ref.namespace, ref.uid
-        now_s = now.timestamp()
-        held_before = (previous.get("budgetInUse") or {}) if isinstance(previous.get("budgetInUse"), Mapping) else {}
-
-        if is_paused(annotations):
-            # Paused keeps what it holds: nothing is touched, so its booking stands.
-            self.budget.seed(uid, _int(held_before.get("gpus")), _float(held_before.get("costPerHour")), now_s)
-            message = (f"paused by the annotation {PAUSE_ANNOTATION}=\"true\": nothing is read or changed; "
-                       "remove the annotation to resume")
-            return self._refuse(ref, runtime, "Paused", message, previous, generation, now, paused=True,
-                                event_type="Normal")
-        try:
-            parsed = ScalerSpec.from_dict(spec or {})
-        except ConfigError as exc:
-            self.telemetry.error(namespace, name, "config")
-            self.budget.seed(uid, _int(held_before.get("gpus")), _float(held_before.get("costPerHour")), now_s)
-            return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now)
-
+        """The gates in order (each may refuse, and nothing after it runs), the step, the report."""
+        period = Period(ref, runtime, previous, generation, now, started)
+        refusal = self._gate_paused(period, annotations)
+        if refusal is not None:
+            return self._refuse(period, refusal)
+        parsed = self._gate_spec(period, spec)
+        if isinstance(parsed, Refusal):
+            return self._refuse(period, parsed)
         cluster = KubeClusterPort(self.kube, ref, parsed, self.cache)
+        conflicts = self._gate_conflicts(period, parsed, cluster)
+        if isinstance(conflicts, Refusal):
+            return self._refuse(period, conflicts)
+        refusal = self._gate_placeholder_priority(period, parsed, cluster)
+        if refusal is not None:
+            return self._refuse(period, refusal)
+        stepped = self._step(period, parsed, cluster)
+        if isinstance(stepped, Refusal):
+            return self._refuse(period, stepped)
+        return self._report(period, parsed, cluster, stepped, conflicts)
+
+    # -- the gates: each either lets the reconcile go on or says why it must not ------------------
+    def _gate_paused(self, period: Period, annotations: Mapping[str, str] | None) -> Refusal | None:
+        if not is_paused(annotations):
+            return None
+        # Paused keeps what it holds: nothing is touched, so its booking stands.
+        self._keep_booking(period)
+        return Refusal("Paused", f"paused by the annotation {PAUSE_ANNOTATION}=\"true\": nothing is read or "
+                                 "changed; remove the annotation to resume", paused=True, event_type="Normal")
+
+    def _gate_spec(self, period: Period, spec: Mapping[str, Any] | None) -> ScalerSpec | Refusal:
+        try:
+            return ScalerSpec.from_dict(spec or {})
+        except ConfigError as exc:
+            self.telemetry.error(period.ref.namespace, period.ref.name, "config")
+            self._keep_booking(period)
+            return Refusal("InvalidSpec", _fix_message(exc))
+
+    def _gate_conflicts(self, period: Period, parsed: ScalerSpec,
+                        cluster: KubeClusterPort) -> tuple[str, ...] | Refusal:
+        """The other autoscalers on the target (described), or the refusal to fight them."""
+        ref = period.ref
         try:
             found = cluster.conflicts()
         except ClusterError:
-            self.telemetry.error(namespace, name, "cluster")
+            self.telemetry.error(ref.namespace, ref.name, "cluster")
             raise
         if parsed.mode == "keda":  # the ScaledObject using this scaler, and its HPA, are how it acts
-            found = foreign(found, name)
+            found = foreign(found, ref.name)
         conflicts = tuple(c.describe() for c in found)
-        if conflicts and parsed.mode != "forecast-only":
-            self._release_placeholder(cluster, uid, now_s)
-            message = (f"refusing to scale {parsed.target.kind}/{parsed.target.name}: {', '.join(conflicts)} "
-                       "already scales it and two autoscalers would fight; delete it (or set mode: "
-                       "forecast-only to only report) — the placeholder was removed")
-            return self._refuse(ref, runtime, "ConflictingAutoscaler", message, previous, generation, now,
-                                conflict=True, mode=parsed.mode,
-                                budget={"gpus": 0, "costPerHour": 0.0, "currency": parsed.prewarm.budget.currency})
+        if not conflicts or parsed.mode == "forecast-only":
+            return conflicts
+        self._release_placeholder(cluster, ref.uid, period.now_s)
+        message = (f"refusing to scale {parsed.target.kind}/{parsed.target.name}: {', '.join(conflicts)} "
+                   "already scales it and two autoscalers would fight; delete it (or set mode: "
+                   "forecast-only to only report) — the placeholder was removed")
+        return Refusal("ConflictingAutoscaler", message, conflict=True, mode=parsed.mode, budget=_no_budget(parsed))
 
-        if parsed.mode == "scale" and parsed.prewarm.enabled:
-            try:
-                cluster.check_placeholder_priority()
-            except ConfigError as exc:
-                self.telemetry.error(namespace, name, "config")
-                self._release_placeholder(cluster, uid, now_s)
-                return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now,
-                                    mode=parsed.mode, budget={"gpus": 0, "costPerHour": 0.0,
-                                                              "currency": parsed.prewarm.budget.currency})
-            except ClusterError:
-                self.telemetry.error(namespace, name, "cluster")
-                raise
+    def _gate_placeholder_priority(self, period: Period, parsed: ScalerSpec,
+                                   cluster: KubeClusterPort) -> Refusal | None:
+        if parsed.mode != "scale" or not parsed.prewarm.enabled:
+            return None
+        ref = period.ref
+        try:
+            cluster.check_placeholder_priority()
+        except ConfigError as exc:
+            self.telemetry.error(ref.namespace, ref.name, "config")
+            self._release_placeholder(cluster, ref.uid, period.now_s)
+            return Refusal("InvalidSpec", _fix_message(exc), mode=parsed.mode, budget=_no_budget(parsed))
+        except ClusterError:
+            self.telemetry.error(ref.namespace, ref.name, "cluster")
+            raise
+        return None
 
+    # -- the step: the code path the backtest runs, inside a reservation of the cluster budget ----
+    def _step(self, period: Period, parsed: ScalerSpec, cluster: KubeClusterPort) -> Stepped | Refusal:
+        ref, runtime, now_s = period.ref, period.runtime, period.now_s
         reconciler = self._reconciler(runtime, parsed, ref, cluster)
         assert runtime.model is not None
         runtime.model.refresh()
-        self.telemetry.model_trained(namespace, name, _ts(runtime.model.trained_until))
-        state = self._state(runtime, previous, ref, now)
-        price = parsed.prewarm.budget.price_per_gpu_hour
+        self.telemetry.model_trained(ref.namespace, ref.name, _ts(runtime.model.trained_until))
+        state = self._state(runtime, period.previous, ref, period.now)
         try:
-            with self.budget.reserve(uid, price, now_s) as reservation:
-                result = reconciler.step(state, cluster_share=reservation.share)
+            with self.budget.reserve(ref.uid, parsed.prewarm.budget.price_per_gpu_hour, now_s) as reservation:
+                result = reconciler.step(state, cluster_share=reservation.share, cluster=cluster)
                 # In mode keda the speculative replicas exist too: KEDA's HPA runs them.
                 held = result.decision.speculative_gpus if result.applied or parsed.mode == "keda" else 0
                 reservation.settle(held, now_s)
         except ConfigError as exc:  # e.g. the target's kind has no /scale
-            self.telemetry.error(namespace, name, "config")
-            return self._refuse(ref, runtime, "InvalidSpec", _fix_message(exc), previous, generation, now)
-        except ClusterError as exc:
-            self.telemetry.error(namespace, name, "cluster")
-            if exc.status == 404 and not exc.retryable:
-                return self._refuse(ref, runtime, "TargetNotFound", str(exc), previous, generation, now,
-                                    mode=parsed.mode)
+            self.telemetry.error(ref.namespace, ref.name, "config")
+            return Refusal("InvalidSpec", _fix_message(exc))
+        except NotFoundError as exc:  # the target (or the API serving its kind) does not exist
+            self.telemetry.error(ref.namespace, ref.name, "cluster")
+            return Refusal("TargetNotFound", str(exc), mode=parsed.mode)
+        except ClusterError:
+            self.telemetry.error(ref.namespace, ref.name, "cluster")
             raise
         if parsed.mode != "scale" and cluster.placeholder is not None:
             # Switched from scale to forecast-only or keda: it must leave nothing behind.
             cluster.remove_placeholder()
         runtime.state = result.state
+        return Stepped(result, reservation)
 
-        held_now = self.budget.held(uid)
+    # -- the report: status, Events, the KEDA board, metrics and the log line ---------------------
+    def _report(self, period: Period, parsed: ScalerSpec, cluster: KubeClusterPort, stepped: Stepped,
+                conflicts: tuple[str, ...]) -> Outcome:
+        ref, runtime, result = period.ref, period.runtime, stepped.result
+        model = runtime.model
+        assert model is not None
+        held_now = self.budget.held(ref.uid)
         budget_gpus = held_now.gpus if held_now else 0
-        budget_cost = held_now.cost_per_hour if held_now and price is not None else None
+        priced = parsed.prewarm.budget.price_per_gpu_hour is not None
+        budget_cost = held_now.cost_per_hour if held_now and priced else None
         api = self._api_before_status(ref, runtime)
         extra = Extra(conflicts=conflicts, budget_gpus=budget_gpus, budget_cost_per_hour=budget_cost,
-                      model_warning=runtime.model.problem if runtime.model.version else None,
+                      model_warning=model.problem if model.version else None,
                       savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None, api=api)
-        body = reconciled_status(result, parsed, extra, previous, now, generation)
+        body = reconciled_status(result, parsed, extra, period.previous, period.now, period.generation)
+        events = self._step_events(model, parsed, cluster, stepped, api)
+        if parsed.mode == "keda":
+            self.keda_board.publish(answer_for(result.decision, parsed, namespace=ref.namespace, name=ref.name,
+                                               decided_at=result.now))
+        else:
+            self.keda_board.withdraw(ref.namespace, ref.name, f"its mode is {parsed.mode}, not keda")
+        self._write_status(ref, body)
+        runtime.api_reported()
+        self._post(ref, runtime, events, period.now_s)
+        self._api_after_status(ref, runtime)
+        self._record(period, parsed, stepped, budget_gpus)
+        return Outcome(body, result)
+
+    def _step_events(self, model: StoreModelPort, parsed: ScalerSpec, cluster: KubeClusterPort, stepped: Stepped,
+                     api: ApiReport) -> list[Event]:
+        result, reservation = stepped.result, stepped.reservation
         events = list(result.events)
         if api.degraded:
             events.append(Event("Warning", API_EVENT, api.event_message()))
         if reservation.allowed_gpus is not None and Limit.BUDGET in result.decision.limits and reservation.reason:
             events.append(Event("Normal", "ClusterBudgetLimited", reservation.reason))
-        if runtime.model.problem and runtime.model.version:
-            events.append(Event("Warning", "ModelVersionRefused", runtime.model.problem))
+        if model.problem and model.version:
+            events.append(Event("Warning", "ModelVersionRefused", model.problem))
         if cluster.stale and self.cache is not None:
-            ages = self.cache.stale_for()
-            kept = (f"; kept {parsed.target.kind}/{parsed.target.name} at {cluster.scale.replicas} replicas instead "
-                    f"of scaling down to {cluster.held_down}" if cluster.held_down is not None and cluster.scale
-                    else "")
-            events.append(Event("Warning", "ClusterCacheStale", (
-                "the watch-fed cluster cache is stale (" + ", ".join(f"{r} {ages[r]:.0f} s" for r in cluster.stale)
-                + f", bound {self.cache.max_staleness_seconds:.0f} s): no scale-down and no new placeholder GPUs "
-                "until the watches catch up" + kept)))
-        if parsed.mode == "keda":
-            self.keda_board.publish(answer_for(result.decision, parsed, namespace=namespace, name=name,
-                                               decided_at=result.now))
-        else:
-            self.keda_board.withdraw(namespace, name, f"its mode is {parsed.mode}, not keda")
-        self._write_status(ref, body)
-        runtime.api_reported()
-        self._post(ref, runtime, events, now_s)
-        self._api_after_status(ref, runtime)
+            events.append(self._stale_cache_event(parsed, cluster, self.cache))
+        return events
+
+    @staticmethod
+    def _stale_cache_event(parsed: ScalerSpec, cluster: KubeClusterPort, cache: ClusterCache) -> Event:
+        ages = cache.stale_for()
+        kept = (f"; kept {parsed.target.kind}/{parsed.target.name} at {cluster.scale.replicas} replicas instead "
+                f"of scaling down to {cluster.held_down}" if cluster.held_down is not None and cluster.scale
+                else "")
+        return Event("Warning", "ClusterCacheStale", (
+            "the watch-fed cluster cache is stale (" + ", ".join(f"{r} {ages[r]:.0f} s" for r in cluster.stale)
+            + f", bound {cache.max_staleness_seconds:.0f} s): no scale-down and no new placeholder GPUs "
+            "until the watches catch up" + kept))
+
+    def _record(self, period: Period, parsed: ScalerSpec, stepped: Stepped, budget_gpus: int) -> None:
+        """Metrics and the log line of a reconcile that stepped."""
+        ref, result = period.ref, stepped.result
         for kind, problem in (("metrics", result.decision.metrics_problem), ("model", result.decision.model_problem)):
             if problem:
-                self.telemetry.error(namespace, name, kind)
+                self.telemetry.error(ref.namespace, ref.name, kind)
         if self.cache is not None:
             self.telemetry.cache_staleness(self.cache.stale_for())
-        self.telemetry.record(namespace, name, parsed, result, budget_gpus, reservation.allowed_gpus,
-                              time.perf_counter() - started, self.settings.interval_seconds)
+        self.telemetry.record(ref.namespace, ref.name, parsed, result, budget_gpus, stepped.reservation.allowed_gpus,
+                              time.perf_counter() - period.started, self.settings.interval_seconds)
         log.info("reconciled", extra={"scaler": ref.describe(), "strategy": result.decision.strategy,
                                       "desired": result.decision.desired_replicas,
                                       "placeholder_gpus": result.decision.placeholder_gpus,
                                       "applied": result.applied, "model_version": result.model_version})
-        return Outcome(body, result)
 
     # -- pieces ---------------------------------------------------------------------------------
     def _reconciler(self, runtime: ScalerRuntime, spec: ScalerSpec, ref: ScalerRef,
                     cluster: KubeClusterPort) -> Reconciler:
+        """The scaler's reconciler, built again when its spec changed (its forecast cache is per spec).
+        ``cluster`` is only its default port: every period hands :meth:`Reconciler.step` a fresh one."""
         if runtime.reconciler is None or runtime.spec != spec:
             model_name = spec.model.name or ref.name
             runtime.model = StoreModelPort(self.store, model_name, horizon_seconds=spec.horizon_seconds,
@@ -371,7 +463,6 @@ class ControllerService:
             metrics = self.metrics_factory(spec, ref)
             runtime.reconciler = Reconciler(spec, metrics, runtime.model, cluster, self.clock)
             runtime.spec = spec
-        runtime.reconciler.cluster = cluster  # fresh each reconcile: it remembers what it observed
         return runtime.reconciler
 
     def _state(self, runtime: ScalerRuntime, previous: Mapping[str, Any], ref: ScalerRef, now: Any) -> PlannerState:
@@ -391,24 +482,29 @@ class ControllerService:
         with self.budget.reserve(uid, None, now_s) as r:
             r.settle(0, now_s)
 
-    def _refuse(self, ref: ScalerRef, runtime: ScalerRuntime, reason: str, message: str,
-                previous: Mapping[str, Any], generation: int | None, now: Any, *, paused: bool = False,
-                conflict: bool = False, mode: str | None = None, budget: dict[str, Any] | None = None,
-                event_type: str = "Warning") -> Outcome:
+    def _refuse(self, period: Period, refusal: Refusal) -> Outcome:
+        ref, runtime, reason, message = period.ref, period.runtime, refusal.reason, refusal.message
         self.keda_board.withdraw(ref.namespace, ref.name, f"{reason}: {message}")
         api = self._api_before_status(ref, runtime)
-        body = refused_status(reason, reason, message, previous, now, generation, mode=mode, conflict=conflict,
-                              paused=paused, budget=budget, api=api)
+        body = refused_status(reason, reason, message, period.previous, period.now, period.generation,
+                              mode=refusal.mode, conflict=refusal.conflict, paused=refusal.paused,
+                              budget=refusal.budget, api=api)
         self._write_status(ref, body)
         runtime.api_reported()
-        events = [Event(event_type, reason, message)]
+        events = [Event(refusal.event_type, reason, message)]
         if api.degraded:
             events.append(Event("Warning", API_EVENT, api.event_message()))
-        self._post(ref, runtime, events, now.timestamp())
+        self._post(ref, runtime, events, period.now_s)
         self._api_after_status(ref, runtime)
-        self.telemetry.refused(ref.namespace, ref.name, now.timestamp())
+        self.telemetry.refused(ref.namespace, ref.name, period.now_s)
         log.warning("refused", extra={"scaler": ref.describe(), "reason": reason, "detail": message})
         return Outcome(body, None, reason)
+
+    def _keep_booking(self, period: Period) -> None:
+        """Book what the status says the scaler holds: a scaler that does not step keeps it."""
+        held = period.previous.get("budgetInUse")
+        held = held if isinstance(held, Mapping) else {}
+        self.budget.seed(period.ref.uid, _int(held.get("gpus")), _float(held.get("costPerHour")), period.now_s)
 
     def _write_status(self, ref: ScalerRef, body: Mapping[str, Any]) -> None:
         try:
@@ -481,6 +577,11 @@ class ControllerService:
 def _fix_message(exc: ConfigError) -> str:
     where = f" (field {exc.field})" if exc.field else ""
     return f"invalid spec{where}: {exc}. Nothing is scaled until it is fixed."
+
+
+def _no_budget(spec: ScalerSpec) -> dict[str, Any]:
+    """The budget a refusal that removed the placeholder reports: nothing held."""
+    return {"gpus": 0, "costPerHour": 0.0, "currency": spec.prewarm.budget.currency}
 
 
 def _savings(result: ReconcileResult, spec: ScalerSpec) -> str | None:

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from predictive_scaler.controller.api_activity import MISSING_API, RETRY_KINDS, ApiTally
-from predictive_scaler.reconcile import Condition, ReconcileResult
+from predictive_scaler.policy.explain import Condition
+from predictive_scaler.reconcile import ReconcileResult
 from predictive_scaler.spec import ScalerSpec
 
 #: Conditions the controller adds beside the reconciler's.

@@ -35,7 +35,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiTally
 from predictive_scaler.controller.health import Verdict
-from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.core.values import Forecast
 from predictive_scaler.metrics_catalog import CATALOG
 from predictive_scaler.policy.capacity import replicas_for
 from predictive_scaler.policy.reasons import Limit

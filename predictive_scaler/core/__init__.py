@@ -1,5 +1,2 @@
-"""The core: value types every part shares (see :mod:`predictive_scaler.core.values`)."""
-
-from predictive_scaler.core.values import DemandSample, Forecast
-
-__all__ = ["DemandSample", "Forecast"]
+"""The core: value types every part shares (:mod:`predictive_scaler.core.values`) and the
+stable shard assignment (:mod:`predictive_scaler.core.sharding`)."""

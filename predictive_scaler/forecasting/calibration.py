@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ModelError
-from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
+from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log, to_log
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,

@@ -214,7 +214,7 @@ def _empty_horizons(settings: EvaluationSettings) -> dict[str, dict[str, float |
     return {format_duration(h): dict.fromkeys(METRIC_NAMES) for h in settings.horizons}
 
 
-def evaluate_model(
+def evaluate_model(  # noqa: PLR0915
     kind: str,
     series: Series,
     settings: EvaluationSettings | None = None,

@@ -33,8 +33,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ModelError
-from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
+from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.series import Series
 
 #: Probabilities at which the per-step error distribution is stored; other quantiles interpolate.

@@ -300,7 +300,7 @@ def _time_forecasts(model: Any, grid: Series, origins: np.ndarray, h: int, qs: S
     return out
 
 
-def run_protocol(
+def run_protocol(  # noqa: C901, PLR0915
     series: Series,
     kinds: Sequence[str] = registry.FORECASTER_KINDS,
     settings: ProtocolSettings | None = None,

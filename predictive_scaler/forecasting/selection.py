@@ -49,7 +49,6 @@ from predictive_scaler.forecasting.combination import (
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
-    EvaluationReport,
     EvaluationSettings,
     ModelEvaluation,
     Progress,
@@ -59,7 +58,6 @@ from predictive_scaler.forecasting.evaluation import (
     mean_block_pinball,
     model_series,
     planned_fits,
-    select,
     select_on_common_blocks,
 )
 from predictive_scaler.forecasting.logscale import choose_log_offset
@@ -72,17 +70,10 @@ from predictive_scaler.forecasting.walkforward import (
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, format_duration
 
 __all__ = [
-    "DEFAULT_MODEL_STEP",
-    "EvaluationReport",
-    "EvaluationSettings",
     "PromotionDecision",
     "TrainingResult",
-    "evaluate",
-    "model_series",
-    "planned_fits",
     "planned_training_fits",
     "promote",
-    "select",
     "train_model",
 ]
 

@@ -20,8 +20,9 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ModelError
-from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
+from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.series import Series
 
 #: Longest horizon a forecast may ask for; stored spreads cover this many minutes.

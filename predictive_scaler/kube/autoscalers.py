@@ -2,7 +2,7 @@
 
 predictive-scaler refuses to act on a workload another autoscaler scales (except the KEDA
 external scaler it serves itself, :mod:`predictive_scaler.keda`). The matching is pure and shared
-with the cluster cache; a 404 on the ScaledObject list means KEDA is not installed.
+with the cluster cache; the ScaledObject list answering Not Found means KEDA is not installed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from predictive_scaler.errors import ClusterError, MissingApiError
+from predictive_scaler.errors import MissingApiError, NotFoundError
 from predictive_scaler.kube.discovery import Discovery
 from predictive_scaler.kube.transport import path_segment
 from predictive_scaler.kube.workloads import WorkloadRef
@@ -51,9 +51,9 @@ class AutoscalerCalls(Discovery):
 
         try:
             answer = list_hpas(self.hpa_version())
-        except ClusterError as exc:
-            if exc.status != 404 or isinstance(exc, MissingApiError):
-                raise
+        except MissingApiError:
+            raise
+        except NotFoundError:
             # The server changed (an upgrade dropped the version we found): discover again.
             answer = list_hpas(self.hpa_version(refresh=True))
         found = list(hpa_conflicts(answer, target))
@@ -62,9 +62,7 @@ class AutoscalerCalls(Discovery):
             scaled_objects, _ = self.list_paginated(
                 f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects", what=what
             )
-        except ClusterError as exc:
-            if exc.status != 404:
-                raise
+        except NotFoundError:
             scaled_objects = []  # the CRD is not installed: KEDA is absent
         found.extend(scaled_object_conflicts(scaled_objects, target))
         return tuple(found)

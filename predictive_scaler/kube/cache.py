@@ -17,7 +17,7 @@ placeholders) are kept up to date on every event, not summed per reconcile.
 Staleness, bounded and stated: while a watch stream is open, the cache lags the API
 server by the delivery of one event. A watch ends by itself every
 ``watch_timeout_seconds`` and is re-opened from the last resourceVersion; a broken one
-(or 410 Gone: the resourceVersion is too old) is re-listed. Every ``resync_seconds`` the
+(or one that ends Gone: the resourceVersion is too old) is re-listed. Every ``resync_seconds`` the
 resource is re-listed anyway (events a server failed to deliver cannot outlive that).
 :meth:`ClusterCache.stale_for` says, per resource, how long ago it was last known
 current (0 while its watch is connected); :meth:`ClusterCache.fresh` is False when that
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from predictive_scaler.errors import ClusterError
+from predictive_scaler.errors import ClusterError, GoneError, NotFoundError
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.autoscalers import (
     ConflictingAutoscaler,
@@ -230,7 +230,7 @@ class Reflector:
             except ClusterError as exc:
                 self.connected = False
                 self.last_error = str(exc)
-                if self._optional and exc.status == 404:
+                if self._optional and isinstance(exc, NotFoundError):
                     self._on_replace([])
                     self.absent = True
                     self.absent_checks += 1
@@ -241,7 +241,7 @@ class Reflector:
                     continue
                 self.relists_after_error += 1
                 log.warning("watch broken; re-listing", extra={"resource": self.resource, "detail": str(exc)})
-                self._stop.wait(0 if exc.status == 410 else backoff)
+                self._stop.wait(0 if isinstance(exc, GoneError) else backoff)
                 backoff = min(30.0, backoff * 2)
 
     def sync_once(self) -> None:

@@ -2,8 +2,10 @@
 
 kube/ is the only part that imports ``kubernetes``. Its modules, each owning one concern:
 
-- :mod:`~predictive_scaler.kube.transport` — one JSON request, error mapping (``ClusterError``
-  ``from exc``), bounded retries (:mod:`~predictive_scaler.kube.retry`), paginated lists and watches;
+- :mod:`~predictive_scaler.kube.transport` — one JSON request, bounded retries
+  (:mod:`~predictive_scaler.kube.retry`), paginated lists and watches; every failure becomes a typed
+  ``ClusterError`` (``from exc``) by :mod:`~predictive_scaler.kube.api_errors`, the one mapping of
+  HTTP statuses;
 - :mod:`~predictive_scaler.kube.kubeconfig` — an ``ApiClient`` from the ServiceAccount or a kubeconfig;
 - :mod:`~predictive_scaler.kube.discovery` — which groups, versions and kinds the server serves;
 - one module per resource family: :mod:`~predictive_scaler.kube.workloads` (the target's ``/scale``),
@@ -44,5 +46,4 @@ class KubeCluster(ScaleCalls, PodCalls, PlaceholderCalls, AutoscalerCalls, Scale
 
     def __init__(self, api_client: ApiClient, *, gpu_resource: str = manifests.GPU_RESOURCE,
                  **transport: Unpack[TransportOptions]) -> None:
-        super().__init__(api_client, **transport)
-        self._gpu_resource = gpu_resource
+        super().__init__(api_client, gpu_resource=gpu_resource, **transport)

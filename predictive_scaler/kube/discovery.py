@@ -3,14 +3,14 @@
 Read once and remembered per process: the plural (and ``/scale`` subresource) of a target kind
 outside the built-in table, and the HorizontalPodAutoscaler version the conflict check lists
 (autoscaling/v2, else v2beta2). KEDA's presence is not discovered ahead: its ScaledObject list
-answering 404 means KEDA is absent (:mod:`predictive_scaler.kube.autoscalers`).
+answering Not Found means KEDA is absent (:mod:`predictive_scaler.kube.autoscalers`).
 """
 
 from __future__ import annotations
 
 import functools
 
-from predictive_scaler.errors import ClusterError, ConfigError, MissingApiError
+from predictive_scaler.errors import ConfigError, MissingApiError, NotFoundError
 from predictive_scaler.kube.transport import Transport
 
 #: Built-in kinds with a ``/scale`` subresource: (group, kind) → plural. Other kinds are discovered.
@@ -49,15 +49,13 @@ class Discovery(Transport):
         what = f"discover {api_version}"
         try:
             listing = self._retrying(lambda: self._request("GET", path, what=what), what)
-        except ClusterError as exc:
-            if exc.status == 404:
-                raise ConfigError(
-                    f"the API server does not serve {api_version}: check "
-                    "spec.target.apiVersion, or install the CRD that defines "
-                    f"{kind}",
-                    field="spec.target.apiVersion",
-                ) from exc
-            raise
+        except NotFoundError as exc:
+            raise ConfigError(
+                f"the API server does not serve {api_version}: check "
+                "spec.target.apiVersion, or install the CRD that defines "
+                f"{kind}",
+                field="spec.target.apiVersion",
+            ) from exc
         resources = listing.get("resources") or []
         names = {r.get("name") for r in resources}
         for resource in resources:
@@ -86,9 +84,7 @@ class Discovery(Transport):
         what = "discover the autoscaling API versions"
         try:
             group = self._retrying(lambda: self._request("GET", "/apis/autoscaling", what=what), what)
-        except ClusterError as exc:
-            if exc.status != 404:
-                raise
+        except NotFoundError:
             group = {}
         served = [str(v.get("version")) for v in (group or {}).get("versions") or [] if isinstance(v, dict)]
         for version in HPA_VERSIONS:

@@ -51,7 +51,7 @@ def api_client_from_environment(
     return ApiClient(configuration)
 
 
-def check_kubeconfig(path: str | None, context: str | None = None) -> None:
+def check_kubeconfig(path: str | None, context: str | None = None) -> None:  # noqa: C901
     """Refuse, with what is wrong and what to do, a kubeconfig the kubernetes library would crash on
     (not a file, not UTF-8, not YAML, not a mapping) or one whose exec plugin is not installed."""
     import shutil

@@ -19,8 +19,8 @@ class LeaseCalls(Transport):
         )[0]
 
     def write_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create the Lease (no resourceVersion in ``body``) or replace it (with one: 409 when it changed
-        since it was read — someone else renewed it). No retry on 409: the caller re-reads."""
+        """Create the Lease (no resourceVersion in ``body``) or replace it (with one: a conflict when it
+        changed since it was read — someone else renewed it). No retry on a conflict: the caller re-reads."""
         name = body["metadata"]["name"]
         what = f"write Lease {namespace}/{name}"
         base = f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases"

@@ -24,7 +24,7 @@ from typing import Any
 
 from predictive_scaler.errors import ConfigError, DataError
 
-# The custom resource (decided in issue 5).
+# The custom resource: its group, version and names, defined once.
 GROUP = "autoscaling.predictive-scaler.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -253,7 +253,7 @@ def scale_patch(replicas: int, resource_version: str | None = None) -> dict[str,
     """JSON merge patch for a ``/scale`` subresource.
 
     With ``resource_version`` the API server applies it only if the object is
-    unchanged since it was read (409 otherwise).
+    unchanged since it was read (a conflict otherwise).
     """
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise ConfigError(
@@ -269,7 +269,7 @@ def status_patch(status: Mapping[str, Any]) -> dict[str, Any]:
     """JSON merge patch for the ``/status`` subresource of a PredictiveScaler.
 
     JSON has no NaN or infinity and the API server rejects them with a bare
-    400, so they are refused here with the path of the offending field.
+    Bad Request, so they are refused here with the path of the offending field.
     """
     if not isinstance(status, Mapping):
         raise DataError(f"status must be a mapping, got {type(status).__name__}")

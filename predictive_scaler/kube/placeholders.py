@@ -8,7 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictive_scaler.errors import ClusterError, ConfigError
+from predictive_scaler.errors import (
+    ClusterError,
+    ConfigError,
+    ForbiddenError,
+    NotFoundError,
+    UnauthorizedError,
+)
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.pods import pod_gpu_request
 from predictive_scaler.kube.transport import MERGE_PATCH, Transport, path_segment
@@ -82,17 +88,17 @@ class PlaceholderCalls(Transport):
             try:
                 path = f"/apis/scheduling.k8s.io/v1/priorityclasses/{path_segment(name)}"
                 found = self._request("GET", path, what=what)
-            except ClusterError as exc:
-                if exc.status == 404:
-                    return None
-                if exc.status == 403:
-                    raise ConfigError(
-                        f"cannot read PriorityClass {name!r} (403 Forbidden): the controller checks that "
-                        "placeholder pods run at a negative priority; grant it get on priorityclasses "
-                        "(deploy/base/rbac-controller.yaml)",
-                        field="spec.prewarm.priorityClassName",
-                    ) from exc
-                raise
+            except NotFoundError:
+                return None
+            except UnauthorizedError:
+                raise  # the credentials, not a missing grant: no spec change would help
+            except ForbiddenError as exc:
+                raise ConfigError(
+                    f"cannot read PriorityClass {name!r} (403 Forbidden): the controller checks that "
+                    "placeholder pods run at a negative priority; grant it get on priorityclasses "
+                    "(deploy/base/rbac-controller.yaml)",
+                    field="spec.prewarm.priorityClassName",
+                ) from exc
             value = found.get("value") if isinstance(found, dict) else None
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ClusterError(f"{what}: the answer has no integer value ({value!r})")
@@ -112,10 +118,8 @@ class PlaceholderCalls(Transport):
         what = f"read placeholder {namespace}/{name}"
         try:
             deployment = self._request("GET", _deployment_path(namespace, name), what=what)
-        except ClusterError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFoundError:
+            return None
         labels = (deployment.get("metadata") or {}).get("labels") or {}
         if (
             labels.get(manifests.MANAGED_BY_LABEL) != manifests.COMPONENT
@@ -133,7 +137,7 @@ class PlaceholderCalls(Transport):
         """Create, resize or re-template the placeholder so it holds ``replicas`` pods.
 
         Replicas alone → merge patch; template or owner changed → replace (PUT)
-        with the read resourceVersion; missing → create. Re-reads on 409.
+        with the read resourceVersion; missing → create. Re-reads on a conflict.
         ``replicas`` may be 0 (kept, cheaper than delete/create churn); call
         ``delete_placeholder`` to remove it.
         """
@@ -201,10 +205,8 @@ class PlaceholderCalls(Transport):
                 self._request(
                     "DELETE", _deployment_path(namespace, name), what=what, body=body, write=True
                 )
-            except ClusterError as exc:
-                if exc.status == 404:
-                    return False
-                raise
+            except NotFoundError:
+                return False
             return True
 
         return self._retrying(attempt, what, retry_conflicts=True)

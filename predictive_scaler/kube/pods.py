@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
+from kubernetes.client import ApiClient
 from kubernetes.utils import parse_quantity
 
 from predictive_scaler.errors import ClusterError, DataError
 from predictive_scaler.kube import manifests
-from predictive_scaler.kube.transport import Transport, path_segment
+from predictive_scaler.kube.transport import Transport, TransportOptions, path_segment
 
 #: Pods that hold resources: neither Succeeded nor Failed (a field selector, server-side).
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -50,10 +51,16 @@ class NodeCapacity:
 
 
 class PodCalls(Transport):
-    """List a target's pods and the cluster's GPU nodes (with the pods placed on them)."""
+    """List a target's pods and the cluster's GPU nodes (with the pods placed on them).
 
-    #: The extended resource counted as GPUs.
-    _gpu_resource: str = manifests.GPU_RESOURCE
+    ``gpu_resource`` is the extended resource counted as GPUs on nodes and pods; the other options
+    are the transport's.
+    """
+
+    def __init__(self, api_client: ApiClient, *, gpu_resource: str = manifests.GPU_RESOURCE,
+                 **transport: Unpack[TransportOptions]) -> None:
+        super().__init__(api_client, **transport)
+        self._gpu_resource = gpu_resource
 
     def list_pods(self, namespace: str, selector: str) -> PodCounts:
         """Ready/starting pods matching a label selector (from ``ScaleInfo.selector``)."""

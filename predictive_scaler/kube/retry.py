@@ -1,7 +1,7 @@
 """Bounded retries for Kubernetes API calls.
 
-Transient failures (5xx, 429, connection errors) are retried with exponential
-backoff and jitter; a 429's ``Retry-After`` is honoured. A 409 conflict is
+Transient failures (server errors, throttling, connection errors) are retried with exponential
+backoff and jitter; a throttle's ``Retry-After`` is honoured. A conflict is
 retried only for read-modify-write operations, where the operation re-reads
 the object itself. Attempts and total time are both bounded so a reconcile
 never outlives its period. The loop is tenacity's; sleep, clock and
@@ -72,8 +72,8 @@ def call_with_retry(
     """Run ``operation`` until it succeeds or the policy says stop (a tenacity ``Retrying``).
 
     ``retry_conflicts`` marks a read-modify-write ``operation`` that re-reads the
-    object on each attempt, so a 409 is worth retrying; a blind write that got
-    a 409 would only conflict again, so it is raised at once.
+    object on each attempt, so a conflict is worth retrying; a blind write that got
+    one would only conflict again, so it is raised at once.
     Non-retryable errors are raised at once. The last error is raised with a
     note of how many attempts were made. tenacity sleeps with ``sleep`` and the
     elapsed-time bound reads ``clock``: nothing here reads the wall clock.

@@ -63,7 +63,7 @@ class ScalerCalls(Transport):
         """Merge-patch the scaler's status subresource; returns the updated object.
 
         No resourceVersion: a merge patch is applied by the server to the
-        latest object, so retrying it after a 409 is safe.
+        latest object, so retrying it after a conflict is safe.
         """
         body = manifests.status_patch(status)
         what = f"write the status of PredictiveScaler {namespace}/{scaler_name}"

@@ -6,11 +6,13 @@ raw JSON over ``ApiClient.call_api``: no per-call model deserialisation (cheap w
 pods). It is the base of every resource family :class:`~predictive_scaler.kube.client.KubeCluster`
 is made of.
 
-Every ``ApiException``/transport error becomes a ``ClusterError`` (``from exc``): 409 →
-``ConflictError``, 429 → ``ThrottledError`` with Retry-After, 5xx and connection errors retryable.
-Reads and idempotent writes go through ``call_with_retry`` (:mod:`predictive_scaler.kube.retry`);
-read-modify-write operations re-read on 409. Paginated lists and watch streams (the cluster cache's
-inputs) and the readiness ping live here too.
+Every answer that is not a success and every transport failure becomes a typed ``ClusterError``
+(``from exc``) through :func:`~predictive_scaler.kube.api_errors.api_error`: a conflict →
+``ConflictError``, a throttle → ``ThrottledError`` with Retry-After, server errors and connection
+failures → ``ServerError`` (retryable), and so on. Reads and idempotent writes go through
+``call_with_retry`` (:mod:`predictive_scaler.kube.retry`); read-modify-write operations re-read on a
+conflict. Paginated lists and watch streams (the cluster cache's inputs) and the readiness ping live
+here too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from predictive_scaler.clock import Clock, SystemClock
-from predictive_scaler.errors import ClusterError, ConflictError, ThrottledError
+from predictive_scaler.errors import ClusterError, ForbiddenError, GoneError, ServerError
+from predictive_scaler.kube.api_errors import api_error
 from predictive_scaler.kube.retry import RetryPolicy, call_with_retry
 
 T = TypeVar("T")
@@ -110,30 +113,24 @@ class Transport:
             )
             data = response.read()
         except ApiException as exc:
-            raise ClusterError(
-                f"{what}: {exc.reason or 'request failed'}; check the API server address "
-                "and credentials",
-                status=exc.status or None,
-                retryable=not exc.status,
-            ) from exc
+            raise _failure(exc.status, what, f"{exc.reason or 'request failed'}; check the API server "
+                           "address and credentials") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _failure(None, what, f"cannot reach the API server ({type(exc).__name__}: {exc}); it "
+                           "will be retried — check network policy and the API server if it persists") from exc
+        error = api_error(response.status, what, body=lambda: data, headers=response.headers)
+        if error is not None:
+            raise error
+        if not data:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError as exc:
             raise ClusterError(
-                f"{what}: cannot reach the API server ({type(exc).__name__}: {exc}); it will "
-                "be retried — check network policy and the API server if it persists",
-                retryable=True,
+                f"{what}: the API server answered {response.status} with a body that is "
+                "not JSON; is the configured host really a Kubernetes API server?",
+                status=response.status,
             ) from exc
-        if 200 <= response.status < 300:
-            if not data:
-                return {}
-            try:
-                return json.loads(data)
-            except ValueError as exc:
-                raise ClusterError(
-                    f"{what}: the API server answered {response.status} with a body that is "
-                    "not JSON; is the configured host really a Kubernetes API server?",
-                    status=response.status,
-                ) from exc
-        raise _error_from_response(response.status, data, response.headers, what)
 
     def _retrying(
         self, operation: Callable[[], T], what: str, *, retry_conflicts: bool = False
@@ -154,8 +151,8 @@ class Transport:
         self, path: str, query: Mapping[str, str] | None = None, *, what: str, page_size: int = LIST_PAGE_SIZE
     ) -> tuple[list[dict[str, Any]], str]:
         """Every item of a collection, ``page_size`` at a time (``limit``/``continue``), and the
-        list's resourceVersion (where a watch starts). A 410 on a continue token (expired while
-        paging) restarts the list from the top, once."""
+        list's resourceVersion (where a watch starts). A continue token that expired while paging
+        (Gone) restarts the list from the top, once."""
         for _attempt in range(2):
             items: list[dict[str, Any]] = []
             token: str | None = None
@@ -171,18 +168,18 @@ class Transport:
                     token = meta.get("continue") or None
                     if not token:
                         return items, str(meta.get("resourceVersion") or "")
-            except ClusterError as exc:
-                if exc.status != 410 or token is None:
+            except GoneError:
+                if token is None:
                     raise
-        raise ClusterError(f"{what}: the list kept expiring while paging (HTTP 410); it is retried")
+        raise ClusterError(f"{what}: the list kept expiring while paging (Gone); it is retried")
 
     def watch_stream(
         self, path: str, resource_version: str, *, what: str, timeout_seconds: int = 300,
         query: Mapping[str, str] | None = None, opened: Callable[[], None] | None = None,
     ) -> Iterable[dict[str, Any]]:
         """Watch events (``{"type", "object"}``) after ``resource_version``, as the server sends them,
-        until it closes the stream (``timeoutSeconds``). An ``ERROR`` event becomes a ClusterError
-        carrying its code (410 Gone: the resourceVersion is too old — re-list)."""
+        until it closes the stream (``timeoutSeconds``). An ``ERROR`` event becomes the typed error of
+        its code (``GoneError``: the resourceVersion is too old — re-list)."""
         params = {**(query or {}), "watch": "true", "resourceVersion": resource_version,
                   "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
         try:
@@ -192,10 +189,11 @@ class Transport:
             response = self._api.call_api("GET", url, header_params=headers,
                                           _request_timeout=(self._timeout, timeout_seconds + 30))
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ClusterError(f"{what}: cannot open the watch ({type(exc).__name__}: {exc})",
-                               status=getattr(exc, "status", None) or None, retryable=True) from exc
-        if not 200 <= response.status < 300:
-            raise _error_from_response(response.status, response.read(), response.headers, what)
+            raise _failure(getattr(exc, "status", None), what,
+                           f"cannot open the watch ({type(exc).__name__}: {exc})") from exc
+        error = api_error(response.status, what, body=response.read, headers=response.headers)
+        if error is not None:
+            raise error
         if opened is not None:
             opened()
         raw: Any = getattr(response, "response", response)
@@ -212,14 +210,13 @@ class Transport:
                     except ValueError as exc:
                         raise ClusterError(f"{what}: a watch event is not JSON") from exc
                     if event.get("type") == "ERROR":
-                        status = (event.get("object") or {}).get("code")
-                        raise ClusterError(f"{what}: the watch ended with an error "
-                                           f"({(event.get('object') or {}).get('message', '')})",
-                                           status=int(status) if isinstance(status, int) else None,
-                                           retryable=True)
+                        failed = event.get("object") or {}
+                        code = failed.get("code")
+                        raise _failure(code if isinstance(code, int) else None, what,
+                                       f"the watch ended with an error ({failed.get('message', '')})")
                     yield event
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ClusterError(f"{what}: the watch broke ({type(exc).__name__}: {exc})", retryable=True) from exc
+            raise _failure(None, what, f"the watch broke ({type(exc).__name__}: {exc})") from exc
         finally:
             if hasattr(raw, "release_conn"):
                 raw.release_conn()
@@ -229,13 +226,13 @@ class Transport:
         try:
             self._request("GET", "/version", what="check the API server", timeout=timeout)
         except ClusterError as exc:
-            if exc.status is not None and exc.status < 500 and exc.status not in (401, 403):
-                return None  # it answered: reachable, whatever it thinks of /version
-            return str(exc)
+            if exc.status is None or isinstance(exc, (ServerError, ForbiddenError)):
+                return str(exc)
+            return None  # it answered: reachable, whatever it thinks of /version
         return None
 
 
-# urllib3 by default re-sends a GET answered 429/503 with Retry-After, sleeping in
+# urllib3 by default re-sends a GET answered "slow down" or "unavailable" with Retry-After, sleeping in
 # real time outside our bounded, clock-injected policy. Keep only quick
 # connection retries (nothing reached the server) at the transport level.
 TRANSPORT_RETRIES = urllib3.Retry(
@@ -265,45 +262,9 @@ def _items(answer: Any, what: str) -> list[dict[str, Any]]:
     return items
 
 
-def _error_from_response(
-    status: int, data: bytes | None, headers: Mapping[str, str], what: str
-) -> ClusterError:
-    message = ""
-    try:
-        parsed = json.loads(data or b"{}")
-        if isinstance(parsed, dict):
-            message = str(parsed.get("message") or "")
-    except ValueError:
-        message = (data or b"")[:200].decode("utf-8", "replace")
-    detail = f"{what}: HTTP {status}" + (f": {message}" if message else "")
-    if status == 409:
-        return ConflictError(f"{detail} (the object changed since it was read; re-read and retry)")
-    if status == 429:
-        retry_after = _retry_after_seconds(headers)
-        return ThrottledError(
-            f"{detail} (throttled by the API server; backing off)", retry_after=retry_after
-        )
-    if status >= 500:
-        return ClusterError(
-            f"{detail} (API server error; retried with backoff)", status=status, retryable=True
-        )
-    if status in (401, 403):
-        return ClusterError(
-            f"{detail} (the controller's ServiceAccount lacks this permission; compare the "
-            "RBAC rules with docs/kube-api-calls.md)",
-            status=status,
-        )
-    return ClusterError(detail, status=status)
-
-
-def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After") if headers else None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
+def _failure(status: int | None, what: str, reason: str) -> ClusterError:
+    """The typed error of a request that failed with ``reason`` (and the answer's ``status``, if any)."""
+    return api_error(status, what, reason=reason) or ClusterError(f"{what}: {reason}", status=status)
 
 
 def path_segment(value: str) -> str:

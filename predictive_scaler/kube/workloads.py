@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from predictive_scaler.errors import ClusterError
+from predictive_scaler.errors import ClusterError, NotFoundError
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.discovery import Discovery
 from predictive_scaler.kube.transport import MERGE_PATCH, path_segment
@@ -62,10 +62,8 @@ class ScaleCalls(Discovery):
         what = f"read the scale of {target.describe()}"
         try:
             scale = self._retrying(lambda: self._request("GET", path, what=what), what)
-        except ClusterError as exc:
-            if exc.status == 404:
-                raise _target_not_found(target) from exc
-            raise
+        except NotFoundError as exc:
+            raise _target_not_found(target, exc) from exc
         return _scale_info(scale, what)
 
     def patch_scale(
@@ -74,7 +72,7 @@ class ScaleCalls(Discovery):
         """Set the target's desired replicas; a no-op when already there.
 
         Sends a merge patch with the resourceVersion last read (``current`` saves
-        one GET); on 409 it re-reads and tries again.
+        one GET); on a conflict it re-reads and tries again.
         """
         path = self.resolve_scale_path(target)
         what = f"scale {target.describe()} to {replicas}"
@@ -95,10 +93,8 @@ class ScaleCalls(Discovery):
 
         try:
             return self._retrying(attempt, what, retry_conflicts=True)
-        except ClusterError as exc:
-            if exc.status == 404:
-                raise _target_not_found(target) from exc
-            raise
+        except NotFoundError as exc:
+            raise _target_not_found(target, exc) from exc
 
 
 def _scale_info(scale: Any, what: str) -> ScaleInfo:
@@ -113,9 +109,9 @@ def _scale_info(scale: Any, what: str) -> ScaleInfo:
         raise ClusterError(f"{what}: the API server answered with a malformed Scale") from exc
 
 
-def _target_not_found(target: WorkloadRef) -> ClusterError:
-    return ClusterError(
+def _target_not_found(target: WorkloadRef, cause: NotFoundError) -> NotFoundError:
+    return NotFoundError(
         f"target not found: {target.describe()} does not exist; create it or fix "
         "spec.target (apiVersion, kind, name) of the PredictiveScaler",
-        status=404,
+        status=cause.status,
     )

@@ -43,7 +43,7 @@ from predictive_scaler.policy.reasons import Limit, Reason
 from predictive_scaler.policy.state import DriftState, PlannerState
 from predictive_scaler.spec import ScalerSpec
 
-__all__ = ["ClusterState", "Decision", "DemandSample", "PlannerState", "plan"]
+__all__ = ["ClusterState", "Decision", "plan"]
 
 
 #: With replicas ahead, the plan releases below the HPA floor only while its forecast over the lead
@@ -424,22 +424,8 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
         floor = cf
     want = max(predicted, floor)
     if ahead and want < seen.current:
-        # A confident release: fewer replicas than now only when the forecast's upper band
-        # (planned-on quantile + RELEASE_SPREAD × its spread above the P50) fits them, so a
-        # forecast hovering at a node boundary does not release a node it soon needs again
-        # (once that node is consolidated away, getting it back costs a cold start).
-        band = (q_pod + RELEASE_SPREAD * view.spread_over(t, t + lead_pod)) * peak
-        held = min(seen.current, max(want, clamp(replicas_for(band, cap), spec.min_replicas, hi)))
-        if held > want:
-            draft.reasons.append(why.ReleaseHeld(held, want, band, spec.demand_unit))
-        # Node-boundary hysteresis: demand observed within the release window that needed exactly one
-        # node more than the release keeps that node (a node released for a fraction of a replica comes
-        # back only after a cold start). A fall by more than a node is a level change: not held.
-        recent_need = min(seen.current, clamp(replicas_for(recent_peak, cap), spec.min_replicas, hi))
-        if recent_need > held and _nodes(spec, recent_need) == _nodes(spec, want) + 1:
-            draft.reasons.append(why.ReleaseHeldRecent(recent_need, want, recent_peak, window, spec.demand_unit))
-            held = recent_need
-        want = held
+        want = _confident_release(draft, seen, want, q_pod=q_pod, lead_pod=lead_pod, peak=peak,
+                                  recent_peak=recent_peak)
     draft.desired = _within_budget(draft, want)
     if want < cf and ahead:
         draft.reasons.append(why.ReleasingAhead(lead_pod, want, cf))
@@ -449,6 +435,30 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
         draft.desired = _fill(draft, draft.desired)
     if spec.prewarm.enabled:
         _placeholders(draft, size_node, seen.current, seen.free, lead_node, node_covered, peak)
+
+
+def _confident_release(draft: _Draft, seen: _Observed, want: int, *, q_pod: float, lead_pod: float, peak: float,
+                       recent_peak: float) -> int:
+    """A confident release: fewer replicas than now (``want``) only when the forecast's upper band
+    (planned-on quantile + RELEASE_SPREAD × its spread above the P50) fits them, so a forecast
+    hovering at a node boundary does not release a node it soon needs again (once that node is
+    consolidated away, getting it back costs a cold start). Returns the replicas held."""
+    spec, t, cap, hi = draft.spec, seen.t, draft.spec.capacity_per_replica, draft.spec.max_replicas
+    view = seen.view
+    assert view is not None
+    band = (q_pod + RELEASE_SPREAD * view.spread_over(t, t + lead_pod)) * peak
+    held = min(seen.current, max(want, clamp(replicas_for(band, cap), spec.min_replicas, hi)))
+    if held > want:
+        draft.reasons.append(why.ReleaseHeld(held, want, band, spec.demand_unit))
+    # Node-boundary hysteresis: demand observed within the release window that needed exactly one
+    # node more than the release keeps that node (a node released for a fraction of a replica comes
+    # back only after a cold start). A fall by more than a node is a level change: not held.
+    recent_need = min(seen.current, clamp(replicas_for(recent_peak, cap), spec.min_replicas, hi))
+    if recent_need > held and _nodes(spec, recent_need) == _nodes(spec, want) + 1:
+        window = spec.reactive.scale_down_stabilization_seconds
+        draft.reasons.append(why.ReleaseHeldRecent(recent_need, want, recent_peak, window, spec.demand_unit))
+        held = recent_need
+    return held
 
 
 def _within_budget(draft: _Draft, want: int) -> int:

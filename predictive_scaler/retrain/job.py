@@ -35,21 +35,27 @@ from typing import Any
 from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting.store import ModelStore, write_atomic
 from predictive_scaler.retrain.history import HistoryPort
-from predictive_scaler.retrain.outcome import DONE, Result, ScalerOutcome, finite_json, iso_time
+from predictive_scaler.retrain.outcome import ScalerOutcome, finite_json, iso_time
 from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
 from predictive_scaler.retrain.sharding import select_shard
 from predictive_scaler.retrain.stores import DirectoryStore
 from predictive_scaler.retrain.training import (
     guarded,
-    horizons_for,
-    score_window,
     train_and_promote,
 )
 
 # Names the job has always offered (their homes: outcome.py, training.py).
-__all__ = ["DONE", "RETRAIN_DIR", "SINGLE_THREAD_ENV", "Result", "RetrainReport", "ScalerOutcome",
-           "default_run_id", "horizons_for", "read_record", "record_path", "retrain_scaler", "run_retrain",
-           "score_window", "write_record"]
+__all__ = [
+    "RETRAIN_DIR",
+    "RetrainReport",
+    "SINGLE_THREAD_ENV",
+    "default_run_id",
+    "read_record",
+    "record_path",
+    "retrain_scaler",
+    "run_retrain",
+    "write_record",
+]
 
 log = logging.getLogger(__name__)
 

@@ -135,6 +135,24 @@ def guarded(target: ScalerTarget, run_id: str, store: ModelStorePort,
     return replace(outcome, seconds=round(time.perf_counter() - t0, 3))
 
 
+def _serving(store: ModelStorePort, model_name: str, serving_version: str | None, grid: Series,
+             hold_start: int) -> tuple[int, FittedModel | None, str | None]:
+    """The serving model (None: there is none, or it was refused, and why), and the first step of
+    the holdout it did not see: the two models are compared from there."""
+    compare_from = hold_start
+    serving_model: FittedModel | None = None
+    if serving_version is None:
+        return compare_from, serving_model, None
+    try:
+        loaded = store.load_serving(model_name)
+        serving_model = loaded.model
+        if loaded.trained_until > grid.start + grid.step * hold_start:
+            compare_from = max(hold_start, int(math.ceil((loaded.trained_until - grid.start) / grid.step)))
+    except (ModelError, ConfigError) as exc:
+        return compare_from, serving_model, f"serving version {serving_version} was refused ({exc})"
+    return compare_from, serving_model, None
+
+
 def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelStorePort,
                        settings: RetrainSettings, now: datetime, run_id: str,
                        base: ScalerOutcome) -> ScalerOutcome:
@@ -170,16 +188,9 @@ def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelS
 
     serving_version = store.serving_version(model_name)
     hold_start = len(grid) - hold
-    compare_from, serving_model, serving_note = hold_start, None, None
-    if serving_version is not None:
-        try:
-            loaded = store.load_serving(model_name)
-            serving_model = loaded.model
-            if loaded.trained_until > grid.start + grid.step * hold_start:
-                compare_from = max(hold_start, int(math.ceil((loaded.trained_until - grid.start) / grid.step)))
-        except (ModelError, ConfigError) as exc:
-            serving_note = f"serving version {serving_version} was refused ({exc})"
-            notes.append(serving_note)
+    compare_from, serving_model, serving_note = _serving(store, model_name, serving_version, grid, hold_start)
+    if serving_note is not None:
+        notes.append(serving_note)
     compare_span = grid.step * (len(grid) - compare_from)
     challenger_scores = score_window(challenger, grid, compare_from, horizons, spec.quantile)
     serving_scores = None

@@ -28,7 +28,7 @@ from predictive_scaler.sources.history import PULL_STEP_SECONDS, pull_history
 from predictive_scaler.sources.prometheus import Combine, PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 
-__all__ = ["PULL_STEP_SECONDS", "DemandHistory", "demand_history"]
+__all__ = ["DemandHistory", "demand_history"]
 
 
 @dataclass(frozen=True)

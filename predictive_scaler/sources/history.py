@@ -37,14 +37,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import DataError, SourceError
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, ValueKind, check_history
-from predictive_scaler.sources.prometheus import (
-    Combine,
-    DemandSample,
-    DuplicateSeriesError,
-    PrometheusSource,
-)
+from predictive_scaler.sources.prometheus import Combine, DuplicateSeriesError, PrometheusSource
 
 #: Demand is evaluated this often and averaged into model steps (``pull_history(…, average_from=…)``).
 PULL_STEP_SECONDS = 60

@@ -425,14 +425,15 @@ class PrometheusSource:
         """Prometheus's JSON answer as (data, warnings), or the error it means."""
         url = resp.url.split("?", 1)[0]
         body = _json_body(resp)
-        if resp.status_code == 429 or resp.status_code >= 500:
+        verdict = _status_verdict(resp.status_code)
+        if verdict == "retry":
             reason = (body or {}).get("error") or resp.reason
             raise _Retryable(f"HTTP {resp.status_code} ({reason})")
         if body is None:
             raise SourceError(
                 f"{url} answered HTTP {resp.status_code} with a body that is not Prometheus JSON "
                 f"({resp.text[:120]!r}); check that the URL points at Prometheus, not a proxy or UI")
-        if resp.status_code != 200 or body.get("status") != "success":
+        if verdict == "refused" or body.get("status") != "success":
             kind = body.get("errorType", f"HTTP {resp.status_code}")
             raise SourceError(f"Prometheus refused {query!r}: {kind}: {body.get('error', resp.reason)}; "
                               "fix the query (try it in the Prometheus UI)")
@@ -444,6 +445,15 @@ class PrometheusSource:
 
 
 _Answer = tuple[dict[str, Any], tuple[str, ...]]
+
+
+def _status_verdict(status: int) -> Literal["ok", "retry", "refused"]:
+    """What the HTTP status of a Prometheus answer says on its own, the one place that reads it:
+    ``retry`` (throttled, or a server error: it may work later), ``refused`` (any other answer but
+    OK: the query's fault, the body says why), ``ok``."""
+    if status == 429 or status >= 500:
+        return "retry"
+    return "ok" if status == 200 else "refused"
 
 
 class _Capture(threading.local):

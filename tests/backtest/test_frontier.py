@@ -98,7 +98,8 @@ def test_a_predictive_point_sharing_the_default_points_models_is_the_unshared_ru
     from dataclasses import replace
 
     from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
-    from predictive_scaler.backtest.runner import initial_replicas, prepare
+    from predictive_scaler.backtest.records import prepare
+    from predictive_scaler.backtest.runner import initial_replicas
 
     scenario = replace(FAST, forecasters=("persistence", "holt-winters"))
     trace = daily_trace()

@@ -22,13 +22,15 @@ from predictive_scaler.backtest.adapters import (
     retrain_settings,
     run_predictive,
 )
-from predictive_scaler.backtest.runner import initial_replicas, prepare
+from predictive_scaler.backtest.records import prepare
+from predictive_scaler.backtest.runner import initial_replicas
 from predictive_scaler.backtest.scenario import Scenario
 from predictive_scaler.backtest.simulator import ClusterConfig
 from predictive_scaler.errors import InsufficientHistoryError
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.store import ModelStore
-from predictive_scaler.retrain import RetrainSettings, ScalerTarget, retrain_scaler
+from predictive_scaler.retrain.job import retrain_scaler
+from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
 from tests.backtest.test_runner import daily_trace
 from tests.test_retrain import FakeHistory
 

@@ -12,12 +12,8 @@ import pytest
 
 from predictive_scaler import reconcile
 from predictive_scaler.backtest.adapters import TraceMetrics
-from predictive_scaler.backtest.runner import (
-    PEAK_FACTOR_QUANTILE,
-    intra_step_peak_factor,
-    prepare,
-    run_backtest,
-)
+from predictive_scaler.backtest.records import PEAK_FACTOR_QUANTILE, intra_step_peak_factor, prepare
+from predictive_scaler.backtest.runner import run_backtest
 from predictive_scaler.backtest.scenario import POLICIES, Scenario, load_scenario
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError, SourceError
 from predictive_scaler.series import Series

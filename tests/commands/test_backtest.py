@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.cli import main
-from predictive_scaler.commands.backtest import history_csv
+from predictive_scaler.commands.backtest_prometheus import history_csv
 from predictive_scaler.series import Series
+from tests.support.prometheus import BackfilledPrometheus
 
 
 @pytest.fixture()
@@ -327,9 +327,8 @@ BASE_SPEC = {"target": {"name": "llm"}, "demand": {"query": "sum(rate(x[5m]))"},
 )
 def test_the_manifest_is_laid_over_the_scenario(extra: dict[str, Any], expect: dict[str, Any],
                                                 from_scenario: tuple[str, ...]) -> None:
-    from predictive_scaler.backtest.runner import deep_merge
-    from predictive_scaler.backtest.scenario import Scenario
-    from predictive_scaler.commands.backtest import scenario_for_scaler
+    from predictive_scaler.backtest.scenario import Scenario, deep_merge
+    from predictive_scaler.commands.backtest_scaler import scenario_for_scaler
 
     base = Scenario(spec={"prewarm": {"enabled": True, "budget": {"maxGpus": 8}}})
     mapped = scenario_for_scaler(base, deep_merge(BASE_SPEC, extra))
@@ -354,7 +353,7 @@ def test_the_manifest_is_laid_over_the_scenario(extra: dict[str, Any], expect: d
 )
 def test_a_manifest_that_does_not_fit_the_scenario_is_refused(extra: dict[str, Any], field: str) -> None:
     from predictive_scaler.backtest.scenario import Scenario
-    from predictive_scaler.commands.backtest import scenario_for_scaler
+    from predictive_scaler.commands.backtest_scaler import scenario_for_scaler
     from predictive_scaler.errors import ConfigError
 
     doc = {**BASE_SPEC, **extra}

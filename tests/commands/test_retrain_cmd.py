@@ -28,13 +28,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from support.prometheus import PrometheusServer, backfill, running_prometheus
 
 from predictive_scaler.cli import main
 from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
 from predictive_scaler.series import Series
 from tests.support.openmetrics import CounterFamily, GaugeFamily
+from tests.support.prometheus import PrometheusServer, backfill, running_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]  # ~25 s: promtool backfill + eleven runs
 
@@ -216,7 +216,7 @@ def test_idle_allocated_gpus_and_their_cost_are_reported(runs: Runs) -> None:
 ], ids=["full", "trimmed-start"])
 def test_history_for_scaler_is_the_jobs_pull(prometheus: PrometheusServer, name: str, days: int,
                                              expect_days: float) -> None:
-    from predictive_scaler.retrain import history_for_scaler
+    from predictive_scaler.retrain.history import history_for_scaler
     from predictive_scaler.sources.prometheus import PrometheusSource
     from predictive_scaler.spec import ScalerSpec
 

@@ -11,10 +11,26 @@ import kopf
 import pytest
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiActivity, ApiTally, error_kind
+from predictive_scaler.controller.api_activity import (
+    RETRY_KINDS,
+    ApiActivity,
+    ApiTally,
+    answer_kind,
+    error_kind,
+    failure_kind,
+)
 from predictive_scaler.controller.handlers import Handlers, build_registry
 from predictive_scaler.controller.service import ControllerService
 from predictive_scaler.controller.settings import ControllerSettings
+from predictive_scaler.errors import (
+    ClusterError,
+    ConflictError,
+    ForbiddenError,
+    MissingApiError,
+    NotFoundError,
+    ServerError,
+    ThrottledError,
+)
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.retry import RetryPolicy
@@ -30,9 +46,31 @@ from tests.support.fakes.ports import FakeMetrics
      (503, "server-error"), (404, None), (200, None)],
     ids=["no-status", "zero", "409", "429", "500", "503", "404", "200"],
 )
-def test_error_kind(status: int | None, kind: str | None) -> None:
-    assert error_kind(status) == kind
+def test_answer_kind(status: int | None, kind: str | None) -> None:
+    assert answer_kind(status) == kind
     assert kind is None or kind in RETRY_KINDS
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "failure"),
+    [
+        (ServerError("no answer"), "unreachable", "unreachable"),
+        (ServerError("boom", status=503), "server-error", "server-error"),
+        (ConflictError("stale"), "conflict", "conflict"),
+        (ThrottledError("slow", retry_after=1.0), "throttled", "throttled"),
+        (NotFoundError("gone", status=404), None, "HTTP 404"),
+        (ForbiddenError("no", status=403), None, "HTTP 403"),
+        (ClusterError("malformed"), None, "unreachable"),
+        (MissingApiError("none", api="autoscaling/v2"), None, "missing API autoscaling/v2"),
+        (None, None, None),
+    ],
+    ids=["unreachable", "server-error", "conflict", "throttled", "not-found", "forbidden", "plain", "missing-api",
+         "none"],
+)
+def test_kinds_follow_the_error_type(error: ClusterError | None, kind: str | None, failure: str | None) -> None:
+    assert error_kind(error) == kind
+    if error is not None:
+        assert failure_kind(error) == failure
 
 
 def test_tallies_add_and_describe_in_a_fixed_order() -> None:

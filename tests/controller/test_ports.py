@@ -111,6 +111,33 @@ def test_model_port_forecasts_with_the_serving_version(store: ModelStore) -> Non
     assert f.quantiles == (0.5, 0.95) and f.horizon_steps == 6
 
 
+def _model_ports(store: ModelStore) -> dict[str, object]:
+    """Every ModelPort there is: the controller's (before and after it loads a model), the backtest's, the tests' fake."""
+    from predictive_scaler.backtest.adapters import ServedModel
+    from predictive_scaler.forecasting.baselines import PersistenceForecaster
+    from tests.support.fakes.ports import FakeModel
+
+    loaded = model_port(store)
+    loaded.refresh()
+    served = ServedModel(PersistenceForecaster().fit(synthetic_history()), "v", horizon_steps=6, quantiles=(0.5, 0.95))
+    return {"store-empty": model_port(store), "store-loaded": loaded, "backtest": served,
+            "fake": FakeModel(lambda t: 1.0)}
+
+
+def test_every_model_port_answers_what_the_step_reads(store: ModelStore) -> None:
+    from predictive_scaler.reconcile import ModelPort, Reconciler
+
+    declared = {name for name in vars(ModelPort) if not name.startswith("_")}
+    assert {"forecast", "version", "step_seconds", "window_steps"} <= declared
+    for label, impl in _model_ports(store).items():
+        for name in sorted(declared):
+            value = getattr(impl, name)  # a missing member raises here, not deep inside a reconcile
+            if name in {"step_seconds", "window_steps"}:
+                assert value is None or (isinstance(value, int) and value > 0), (label, name, value)
+        step = Reconciler(ScalerSpec.from_dict(scaler_spec()), None, impl, None, None).model_step_seconds  # type: ignore[arg-type]
+        assert step == (getattr(impl, "step_seconds", None) or 300), label
+
+
 def _port_then_a_new_version(store: ModelStore, clock: Any) -> tuple[StoreModelPort, str | None, str]:
     """A model port that has loaded the serving version, and a newer version published an hour later."""
     p = model_port(store)

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import requests
 from pytest_httpserver import HTTPServer
-from support.processes import stop_process
-from support.prometheus import BackfilledPrometheus, free_port
 
 from predictive_scaler.forecasting.store import ModelStore
 from predictive_scaler.policy.state import PlannerState
 from tests.controller.conftest import NS, TARGET, install, publish_model, scaler_spec
 from tests.support.fakes.apiserver import FakeApiServer, ResourceType
+from tests.support.processes import stop_process
+from tests.support.prometheus import BackfilledPrometheus, free_port
 
 CLI = str(Path(sys.executable).with_name("predictive-scaler"))
 #: Done-when figures: SIGTERM ends the process within this many seconds, in every one of TRIES tries.

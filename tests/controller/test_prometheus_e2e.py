@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.ports import PrometheusMetricsPort
@@ -29,6 +28,7 @@ from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.ports import FakeCluster
+from tests.support.prometheus import BackfilledPrometheus
 
 QUERY = 'sum(rate(requests_total{namespace="ml",job="inference"}[2m]))'
 #: With samples exactly every 60 s, a [1m] range holds the two samples bounding the last minute, so the

@@ -111,7 +111,7 @@ def test_the_cluster_budget_holds_across_shards_also_while_a_third_joins() -> No
                 for ns, n in SCALERS]
 
     def run_periods(count: int, periods: int) -> None:
-        from predictive_scaler.retrain import shard_of
+        from predictive_scaler.core.sharding import shard_of
         ledgers = []
         for i in range(count):
             sharded = ShardedBudget(limits, i, count)

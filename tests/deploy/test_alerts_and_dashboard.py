@@ -69,6 +69,7 @@ def _write_rule_file(tmp_path: Path, *, annotations: bool = True) -> Path:
     return rules
 
 
+@pytest.mark.promtool
 def test_promtool_accepts_the_rules(tmp_path):
     done = subprocess.run([promtool(), "check", "rules", str(_write_rule_file(tmp_path))],
                           capture_output=True, text=True, timeout=60, check=False)
@@ -76,6 +77,7 @@ def test_promtool_accepts_the_rules(tmp_path):
     assert f"SUCCESS: {len(_rules())} rules found" in done.stdout
 
 
+@pytest.mark.promtool
 def test_promtool_rejects_broken_promql(tmp_path):
     # Guards the check above: promtool really parses the expressions.
     rules = tmp_path / "bad.yaml"
@@ -196,6 +198,7 @@ HOUR_ALERT_TESTS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.promtool
 @pytest.mark.parametrize("tests", [MINUTE_ALERT_TESTS, HOUR_ALERT_TESTS], ids=["minute-alerts", "day-alerts"])
 def test_alerts_fire_when_they_should(tmp_path, tests):
     _write_rule_file(tmp_path, annotations=False)
@@ -271,6 +274,7 @@ def _substituted(expr: str, horizon: str = "3600") -> str:
     return (expr.replace("$namespace", "ml").replace("$scaler", "llm").replace("${horizon}", horizon))
 
 
+@pytest.mark.promtool
 def test_promtool_runs_the_variable_and_the_band_on_series(tmp_path):
     # The variable's PromQL gives the exported horizon (or the default without one), and the
     # band shifted by it shows at t + horizon the forecast gauge's value at t.

@@ -91,6 +91,7 @@ def _final_stage() -> list[tuple[str, str]]:
     return DOCKER[last_from:]
 
 
+@pytest.mark.kubectl
 def test_runs_as_the_numeric_non_root_user_the_manifests_expect():
     users = [rest for word, rest in _final_stage() if word == "USER"]
     assert users, "the runtime stage sets no USER (it would run as root)"

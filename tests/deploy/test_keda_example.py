@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from predictive_scaler import crd
+import pytest
+
 from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.kube.autoscalers import ConflictingAutoscaler, external_scaler_names
+from predictive_scaler.kube.manifests import KIND
 from predictive_scaler.spec import ScalerSpec
 from tests.deploy.support import OVERLAYS, one, render
 
 EXAMPLE = OVERLAYS["example-vllm-keda"]  # every object is validated strictly in test_manifests.py
 
 
+@pytest.mark.kubectl
 def test_the_scaledobject_uses_the_scaler_in_keda_mode_through_the_keda_service() -> None:
     objs = render(EXAMPLE)
-    scaler = one(objs, crd.KIND)
+    scaler = one(objs, KIND)
     spec = ScalerSpec.from_dict(scaler["spec"])
     assert spec.mode == "keda" and not spec.prewarm.enabled and spec.events
     so = one(objs, "ScaledObject")

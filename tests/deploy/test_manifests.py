@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from predictive_scaler import crd
+from predictive_scaler.kube.manifests import API_VERSION, KIND
 
 from .support import DEPLOY, OVERLAYS, openapi_to_jsonschema, render
 
@@ -124,10 +125,10 @@ def test_overlay_renders_objects(overlay):
 def test_object_validates(item):
     _, obj = item
     group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
-    if obj["kind"] == crd.KIND:
+    if obj["kind"] == KIND:
         schema = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         jsonschema.Draft4Validator(openapi_to_jsonschema(schema)).validate(obj)
-        assert obj["apiVersion"] == crd.API_VERSION
+        assert obj["apiVersion"] == API_VERSION
     elif group == "monitoring.coreos.com":
         jsonschema.Draft202012Validator(MONITORING_SCHEMAS[obj["kind"]]).validate(obj)
     elif group == "keda.sh":
@@ -143,7 +144,7 @@ def test_object_validates(item):
     ("spec.notAField", 1),
 ], ids=["bad-mode", "negative-min", "unknown-field"])
 def test_crd_schema_rejects_a_broken_example(field, value):
-    example = next(o for _, o in RENDERED if o["kind"] == crd.KIND)
+    example = next(o for _, o in RENDERED if o["kind"] == KIND)
     node = example
     *parents, leaf = field.split(".")
     for part in parents:

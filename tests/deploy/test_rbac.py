@@ -8,6 +8,7 @@ import pytest
 
 from predictive_scaler import crd
 from predictive_scaler.kube import api_calls, discovery, manifests
+from predictive_scaler.kube.manifests import GROUP, PLURAL
 
 from .support import OVERLAYS, find, one, render
 
@@ -20,18 +21,18 @@ OBJECTS = render(OVERLAYS["prometheus-operator"])  # the overlay with the most o
 #: One replica with Recreate replaces leader election, so no Leases; run standalone,
 #: so no kopf peering resources.
 KOPF_NEEDS: frozenset[Permission] = frozenset({
-    (crd.GROUP, crd.PLURAL, "list"),
-    (crd.GROUP, crd.PLURAL, "watch"),
-    (crd.GROUP, crd.PLURAL, "patch"),
-    (crd.GROUP, f"{crd.PLURAL}/status", "patch"),
+    (GROUP, PLURAL, "list"),
+    (GROUP, PLURAL, "watch"),
+    (GROUP, PLURAL, "patch"),
+    (GROUP, f"{PLURAL}/status", "patch"),
     ("", "events", "create"),
 })
 
-#: The retraining job (issue 6): find the scalers, record why one was skipped.
+#: The retraining job: find the scalers, record why one was skipped.
 RETRAIN_NEEDS: frozenset[Permission] = frozenset({
-    (crd.GROUP, crd.PLURAL, "get"),
-    (crd.GROUP, crd.PLURAL, "list"),
-    (crd.GROUP, f"{crd.PLURAL}/status", "patch"),
+    (GROUP, PLURAL, "get"),
+    (GROUP, PLURAL, "list"),
+    (GROUP, f"{PLURAL}/status", "patch"),
 })
 
 
@@ -42,7 +43,7 @@ def admission_needs() -> frozenset[Permission]:
     owner = manifests.owner_reference("llm", "uid-1")
     if not owner.get("blockOwnerDeletion"):
         return frozenset()
-    return frozenset({(crd.GROUP, f"{crd.PLURAL}/finalizers", "update")})
+    return frozenset({(GROUP, f"{PLURAL}/finalizers", "update")})
 
 
 def _scalable_builtins() -> set[tuple[str, str]]:
@@ -94,7 +95,7 @@ def test_placeholder_owner_reference_is_allowed_under_owner_reference_enforcemen
     # Before: the role granted nothing on predictivescalers/finalizers, and a real API server with
     # OwnerReferencesPermissionEnforcement refused the placeholder with 403 (tests/e2e shows it).
     have = granted(_role_of("predictive-scaler-controller"))
-    assert (crd.GROUP, f"{crd.PLURAL}/finalizers", "update") in have
+    assert (GROUP, f"{PLURAL}/finalizers", "update") in have
     assert admission_needs() <= have
 
 

@@ -65,6 +65,7 @@ def test_the_scraped_label_rule(honor):
     assert ("exported_namespace" in scraped) is not honor
 
 
+@pytest.mark.promtool
 def test_alerts_keep_apart_two_scalers_of_one_name_once_scraped(tmp_path: Path):
     honor = bool(SERVICE_MONITOR["spec"]["endpoints"][0].get("honorLabels"))
     series = []
@@ -87,6 +88,7 @@ def test_alerts_keep_apart_two_scalers_of_one_name_once_scraped(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.promtool
 def test_the_alert_points_kubectl_at_the_scalers_namespace(tmp_path: Path):
     honor = bool(SERVICE_MONITOR["spec"]["endpoints"][0].get("honorLabels"))
     labels = as_scraped({"namespace": "ml", "scaler": "llm", "strategy": "reactive"}, honor)

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from predictive_scaler import cli, crd
+from predictive_scaler.kube.manifests import KIND, PLACEHOLDER_PRIORITY_CLASS
 
 from .support import DEPLOY, OVERLAYS, find, one, pod_specs, render
 
@@ -133,7 +134,7 @@ def test_metrics_service_selects_the_controller_named_port():
 
 
 def test_placeholder_priority_class_never_preempts():
-    pc = one(BASE, "PriorityClass", crd.PLACEHOLDER_PRIORITY_CLASS)
+    pc = one(BASE, "PriorityClass", PLACEHOLDER_PRIORITY_CLASS)
     assert pc["value"] < 0 and pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False
 
 
@@ -184,7 +185,7 @@ def test_dashboard_configmap_carries_the_committed_json_for_the_grafana_sidecar(
 
 def test_example_scaler_targets_the_example_gpu_deployment_in_forecast_only_mode():
     objs = render(OVERLAYS["example-vllm-forecast-only"])
-    scaler = one(objs, crd.KIND)
+    scaler = one(objs, KIND)
     deployments = find(objs, "Deployment")
     target = scaler["spec"]["target"]
     (deployment,) = [d for d in deployments if d["metadata"]["name"] == target["name"]]
@@ -203,6 +204,6 @@ def test_example_spec_is_accepted_by_the_spec_type():
     # The schema checks shapes; ScalerSpec checks what a schema cannot (e.g. min <= max).
     from predictive_scaler.spec import ScalerSpec
 
-    scaler = one(render(OVERLAYS["example-vllm-forecast-only"]), crd.KIND)
+    scaler = one(render(OVERLAYS["example-vllm-forecast-only"]), KIND)
     spec = ScalerSpec.from_dict(scaler["spec"])
     assert spec.mode == "forecast-only"

@@ -22,17 +22,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from support.kubeapi import KubeApiServer, apply_deploy, running_control_plane
-from support.processes import stop_process
-from support.prometheus import LoadedPrometheus, PrometheusServer, free_port
-from support.specs import scaler_spec
 
 from predictive_scaler import crd
 from predictive_scaler.forecasting.baselines import SeasonalNaiveForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
+from predictive_scaler.kube.manifests import GROUP, PLURAL, VERSION
 from predictive_scaler.series import Series
 from tests.deploy.support import OVERLAYS, render
+from tests.support.kubeapi import KubeApiServer, apply_deploy, running_control_plane
 from tests.support.openmetrics import CounterFamily
+from tests.support.processes import stop_process
+from tests.support.prometheus import LoadedPrometheus, PrometheusServer, free_port
+from tests.support.specs import scaler_spec
 
 CONTROLLER_SA = "predictive-scaler-controller"
 MODEL = "llm"
@@ -42,7 +43,7 @@ PER_REPLICA = 10.0
 #: The demand of every scaler here: the workload's pods are not real, so the series is one backfilled family.
 QUERY = 'sum(rate(requests_total{namespace="e2e",job="inference"}[2m]))'
 INTERVAL_SECONDS = 5
-SCALER_API = f"/apis/{crd.GROUP}/{crd.VERSION}"
+SCALER_API = f"/apis/{GROUP}/{VERSION}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -189,12 +190,12 @@ def scaler_manifest(namespace: str, mode: str = "scale", name: str = MODEL, **sp
     body = scaler_spec(model=MODEL, query=QUERY, requests_per_replica=PER_REPLICA, max_replicas=12,
                        node_start_seconds=1800, gpus_per_node=1, max_gpus=6, target={"name": MODEL}, mode=mode)
     body.update(spec)  # whole top-level fields, `model` included (scaler_spec's own `model` is a name)
-    return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "PredictiveScaler",
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PredictiveScaler",
             "metadata": {"name": name, "namespace": namespace}, "spec": body}
 
 
 def get_scaler(api: KubeApiServer, namespace: str, name: str = MODEL) -> dict[str, Any] | None:
-    return api.get(f"{SCALER_API}/namespaces/{namespace}/{crd.PLURAL}/{name}")
+    return api.get(f"{SCALER_API}/namespaces/{namespace}/{PLURAL}/{name}")
 
 
 def get_deployment(api: KubeApiServer, namespace: str, name: str) -> dict[str, Any] | None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
-from support.kubeapi import KubeApiServer, served
 
 from tests.deploy.support import OVERLAYS, render
 from tests.deploy.test_helm_chart import SHARDED, helm_render
+from tests.support.kubeapi import KubeApiServer, served
 
 #: What is sent: the chart's default install, the chart with 3 shards, the sharded kustomize overlay.
 INSTALLS: dict[str, Callable[[], list[dict[str, Any]]]] = {

@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 import pytest
-from support.kubeapi import KubeApiServer
 
 from predictive_scaler.controller.settings import DEFAULT_KEDA_PORT
 from predictive_scaler.keda import externalscaler_pb2 as pb
@@ -28,6 +27,7 @@ from tests.e2e.conftest import (
     make_target,
     scaler_manifest,
 )
+from tests.support.kubeapi import KubeApiServer
 
 
 def reconciled(api: KubeApiServer, namespace: str, name: str) -> dict[str, Any]:

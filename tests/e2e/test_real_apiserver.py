@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 import requests
-from support.kubeapi import KubeApiServer
-from support.prometheus import running_prometheus
 
 from predictive_scaler import crd
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.kubeconfig import api_client_from_environment
+from predictive_scaler.kube.manifests import GROUP, PLURAL, VERSION
 from predictive_scaler.kube.placeholders import PlaceholderSpec
 from predictive_scaler.kube.workloads import WorkloadRef
 from tests.deploy.test_rbac import KOPF_NEEDS, adapter_needs, admission_needs
@@ -39,6 +38,8 @@ from tests.e2e.conftest import (
     make_target,
     scaler_manifest,
 )
+from tests.support.kubeapi import KubeApiServer
+from tests.support.prometheus import running_prometheus
 
 SA_USER = f"system:serviceaccount:{crd.CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
 PLACEHOLDER = manifests.placeholder_name(MODEL)
@@ -60,7 +61,7 @@ def replicas(api: KubeApiServer, namespace: str, name: str = MODEL) -> int | Non
 
 
 def patch_scaler(api: KubeApiServer, namespace: str, patch: dict[str, Any]) -> None:
-    answer = api.request("PATCH", f"{SCALER_API}/namespaces/{namespace}/{crd.PLURAL}/{MODEL}", body=patch,
+    answer = api.request("PATCH", f"{SCALER_API}/namespaces/{namespace}/{PLURAL}/{MODEL}", body=patch,
                          content_type="application/merge-patch+json")
     assert answer.status_code == 200, answer.text
 
@@ -75,14 +76,14 @@ def scale_writes(api: KubeApiServer, namespace: str) -> list[dict[str, Any]]:
 def test_a_scaler_is_accepted_defaulted_and_listed(kube_api: KubeApiServer) -> None:
     ns = "e2e-forecast"
     make_target(kube_api, ns)
-    minimal = {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "PredictiveScaler",
+    minimal = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PredictiveScaler",
                "metadata": {"name": MODEL, "namespace": ns},
                "spec": {"mode": "forecast-only", "target": {"name": MODEL},
                         "demand": {"kind": "requests", "query": scaler_manifest(ns)["spec"]["demand"]["query"]},
                         "capacity": {"requestsPerReplica": 10}, "maxReplicas": 12, "model": {"name": MODEL},
                         "unknownField": "pruned"}}
     # Sent as is (kubectl would refuse the unknown field on the client): the server prunes it.
-    answer = kube_api.request("POST", f"{SCALER_API}/namespaces/{ns}/{crd.PLURAL}", body=minimal)
+    answer = kube_api.request("POST", f"{SCALER_API}/namespaces/{ns}/{PLURAL}", body=minimal)
     assert answer.status_code == 201, answer.text
     stored = get_scaler(kube_api, ns)
     assert stored is not None
@@ -149,7 +150,7 @@ def test_scale_mode_scales_and_prewarms_and_the_placeholder_is_resized_and_garba
 
     # Deleting the scaler: the garbage collector removes the placeholder through its ownerReference.
     assert get_deployment(kube_api, ns, PLACEHOLDER) is not None
-    answer = kube_api.request("DELETE", f"{SCALER_API}/namespaces/{ns}/{crd.PLURAL}/{MODEL}")
+    answer = kube_api.request("DELETE", f"{SCALER_API}/namespaces/{ns}/{PLURAL}/{MODEL}")
     assert answer.status_code == 200, answer.text
     kube_api.wait_for("the placeholder garbage-collected", lambda: get_deployment(kube_api, ns, PLACEHOLDER) is None)
     deletes = [e["userAgent"] for e in kube_api.audit() if e["verb"] == "delete"
@@ -265,7 +266,7 @@ def test_rbac_allows_every_call_and_denies_the_rest(kube_api: KubeApiServer) -> 
     outside = [("get", "", "secrets", ""), ("list", "", "secrets", ""), ("delete", "", "pods", ""),
                ("create", "", "pods", ""), ("update", "apps", "deployments", "scale"),
                ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
-               ("delete", crd.GROUP, crd.PLURAL, ""), ("update", crd.GROUP, crd.PLURAL, "")]
+               ("delete", GROUP, PLURAL, ""), ("update", GROUP, PLURAL, "")]
     for verb, group, resource, sub in outside:
         assert not kube_api.can_i(token, verb, group, resource, "e2e-scale", sub), (verb, group, resource, sub)
     denied = kube_api.request("GET", f"/api/v1/namespaces/{crd.CONTROLLER_NAMESPACE}/secrets", token=token)
@@ -286,7 +287,7 @@ def test_every_request_the_controller_made_was_allowed(kube_api: KubeApiServer) 
     verbs = {(e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource")) for e in mine
              if e.get("objectRef")}
     for expected in [("patch", "deployments", "scale"), ("create", "deployments", None),
-                     ("patch", "deployments", None), ("patch", crd.PLURAL, "status"), ("list", crd.PLURAL, None),
+                     ("patch", "deployments", None), ("patch", PLURAL, "status"), ("list", PLURAL, None),
                      ("create", "events", None), ("list", "horizontalpodautoscalers", None)]:
         assert expected in verbs, (expected, sorted(map(str, verbs)))
 

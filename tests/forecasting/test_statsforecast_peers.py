@@ -62,6 +62,7 @@ def peers_json(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return json.loads(done.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
 
 
+@pytest.mark.peers
 @pytest.mark.slow
 def test_peers_are_scored_in_the_same_protocol(peers_json: dict[str, Any]) -> None:
     doc = peers_json
@@ -79,6 +80,7 @@ def test_peers_are_scored_in_the_same_protocol(peers_json: dict[str, Any]) -> No
     assert max(level) == pytest.approx(min(level), rel=1e-9)
 
 
+@pytest.mark.peers
 @pytest.mark.slow
 def test_every_project_model_and_the_served_one_get_normalised_pinball(peers_json: dict[str, Any]) -> None:
     doc = peers_json
@@ -92,6 +94,7 @@ def test_every_project_model_and_the_served_one_get_normalised_pinball(peers_jso
     assert doc["regret"] == pytest.approx(served / best)
 
 
+@pytest.mark.peers
 @pytest.mark.slow
 def test_a_peer_over_the_fit_limit_is_reported_skipped_with_its_time(peers_json: dict[str, Any]) -> None:
     # Seasonal AutoARIMA (a 288-step season) cannot fit in ten seconds (Naive's fit, milliseconds,

@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 from predictive_scaler.clock import FakeClock
+from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting import registry, store
-from predictive_scaler.forecasting.base import FittedModel, Forecast, check_quantiles
+from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.forecasting.prophet import ERROR_PROBABILITIES, ProphetCurve, ProphetModel
 from predictive_scaler.forecasting.store import (
     FORMAT_VERSION,

@@ -21,7 +21,6 @@ import grpc
 import numpy as np
 import pytest
 from pytest_httpserver import HTTPServer
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.backtest.adapters import ServedModel, TraceMetrics
 from predictive_scaler.clock import FakeClock
@@ -42,6 +41,7 @@ from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.ports import FakeCluster
+from tests.support.prometheus import BackfilledPrometheus
 
 NS = "ml"
 ONE_MINUTE = 'sum(rate(requests_total{namespace="ml",job="inference"}[1m]))'

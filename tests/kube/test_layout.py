@@ -1,4 +1,4 @@
-"""kube/ by concern (issue #13): ``KubeCluster`` only assembles; each call lives in the module of its
+"""kube/ by concern: ``KubeCluster`` only assembles; each call lives in the module of its
 concern, so a newcomer finds a verb by the resource it acts on."""
 
 from __future__ import annotations

@@ -6,7 +6,16 @@ from datetime import UTC, datetime
 import pytest
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.errors import ClusterError, ConfigError, ConflictError, ThrottledError
+from predictive_scaler.errors import (
+    ClusterError,
+    ConfigError,
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    NotFoundError,
+    ServerError,
+    ThrottledError,
+)
 from predictive_scaler.kube.retry import RetryPolicy, call_with_retry
 
 
@@ -44,7 +53,7 @@ def _run(operation, policy=None, retry_conflicts=False):
 
 
 def _server_error():
-    return ClusterError("boom", status=503, retryable=True)
+    return ServerError("boom", status=503)
 
 
 @pytest.mark.parametrize(
@@ -52,11 +61,11 @@ def _server_error():
     [
         ((), False, 1),
         ((_server_error(), _server_error()), False, 3),
-        ((ClusterError("conn", retryable=True),), False, 2),
+        ((ServerError("conn"),), False, 2),
         ((ThrottledError("slow", retry_after=2),), False, 2),
         ((ConflictError("stale"), ConflictError("stale")), True, 3),
     ],
-    ids=["first-try", "5xx-twice", "connection-error", "429", "409-read-modify-write"],
+    ids=["first-try", "server-error-twice", "connection-error", "throttled", "conflict-read-modify-write"],
 )
 def test_transient_errors_are_retried_until_success(errors, retry_conflicts, calls):
     op = Script(*errors)
@@ -68,12 +77,13 @@ def test_transient_errors_are_retried_until_success(errors, retry_conflicts, cal
 @pytest.mark.parametrize(
     ("error", "retry_conflicts"),
     [
-        (ClusterError("forbidden", status=403), False),
-        (ClusterError("not found", status=404), False),
+        (ForbiddenError("forbidden", status=403), False),
+        (NotFoundError("not found", status=404), False),
+        (GoneError("too old", status=410), False),
         (ConflictError("stale"), False),
         (ConfigError("bad spec"), True),
     ],
-    ids=["403", "404", "409-blind-write", "config-error"],
+    ids=["forbidden", "not-found", "gone", "conflict-blind-write", "config-error"],
 )
 def test_permanent_errors_are_raised_at_once(error, retry_conflicts):
     op = Script(error)

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.policy import events as ev
-from predictive_scaler.policy.planner import ClusterState, DemandSample, plan
+from predictive_scaler.policy.planner import ClusterState, plan
 from predictive_scaler.policy.reasons import EventAsk, EventRaised, Limit
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import ScalerSpec

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictive_scaler.core.values import Forecast
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy import explain
 from predictive_scaler.policy import reasons as why
-from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample, plan
+from predictive_scaler.policy.planner import ClusterState, Decision, plan
 from predictive_scaler.policy.reasons import Kind, Limit, Reason
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import Budget, ScalerSpec

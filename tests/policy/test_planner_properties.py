@@ -1,7 +1,7 @@
 """Properties of the planner for any inputs, including NaN, ±Inf, negatives, empty forecasts, huge values.
 
-Each test draws 10,000 examples. ``hypothesis.event`` records which strategy ran
-and whether the budget was non-zero; run with ``--hypothesis-show-statistics``
+Each test draws 10,000 examples (1,000 under the ``unit`` Hypothesis profile of
+`make unit`). ``hypothesis.event`` records which strategy ran and whether the budget was non-zero; run with ``--hypothesis-show-statistics``
 to see that most examples exercise the predictive strategy with a budget.
 """
 
@@ -19,17 +19,18 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy.budget import allowance, speculative_gpus
-from predictive_scaler.policy.planner import ClusterState, DemandSample, plan
+from predictive_scaler.policy.planner import ClusterState, plan
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import Budget, ScalerSpec
+from tests.support.profiles import examples
 
 NOW = datetime(2024, 5, 6, 10, 7, 30, tzinfo=UTC)
 STEP = 300
 LAST_STEP = pd.Timestamp(math.floor(NOW.timestamp() / STEP) * STEP - STEP, unit="s", tz="UTC")
 
-MANY = settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
+MANY = settings(max_examples=examples(10_000), deadline=None, suppress_health_check=list(HealthCheck))
 
 weird = st.sampled_from([math.nan, math.inf, -math.inf, -1.0, -1e9, 0.0, 1e300, 1e-300])
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.errors import ConfigError
-from predictive_scaler.forecasting.base import Forecast
-from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample, plan
+from predictive_scaler.policy.planner import ClusterState, Decision, plan
 from predictive_scaler.policy.reasons import Kind
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import ScalerSpec

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictive_scaler.forecasting.base import Forecast
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy import reactive
-from predictive_scaler.policy.planner import ClusterState, DemandSample, plan
+from predictive_scaler.policy.planner import ClusterState, plan
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.spec import ScalerSpec
 

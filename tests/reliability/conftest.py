@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 from pytest_httpserver import HTTPServer
-from support.prometheus import BackfilledPrometheus
-from support.proxy import FaultProxy
-from support.specs import scaler_spec
 
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
 from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
 from predictive_scaler.series import Series
 from tests.reliability.harness import World
 from tests.support.fakes.apiserver import FakeApiServer
+from tests.support.prometheus import BackfilledPrometheus
+from tests.support.proxy import FaultProxy
+from tests.support.specs import scaler_spec
 
 #: Demand query a user would write (per-pod counters with resets). Two minutes of range over a
 #: 60 s scrape: a [1m] range holds a single sample whenever the query time is not on a scrape

@@ -59,7 +59,7 @@ def render() -> str:
         "",
         *[f"- {inv}" for inv in COMMON_INVARIANTS],
         "",
-        "For metric and model faults the planner's promise (issue 3) is asserted period by period: "
+        "For metric and model faults the planner's promise is asserted period by period: "
         "`hold` for `missingDataPeriods` (3) periods, then `reactive`, and `predictive` again after "
         "the fault; for Kubernetes API faults, retries with backoff and an unchanged strategy.",
         "",

@@ -1,4 +1,4 @@
-"""Concurrent `train --out` into one store (issue 12): 6 writers × 4 rounds with `--keep 1`, real
+"""Concurrent `train --out` into one store: 6 writers × 4 rounds with `--keep 1`, real
 processes, with a `forecast` reader and a `models rollback` pruning the pointer's history racing them.
 
 Every run exits 0 or with a clear message (never a traceback); at least one writer per round

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 import yaml
-from support.proxy import FaultProxy, Fixed
 
 from predictive_scaler.controller.ports import PrometheusMetricsPort, StoreModelPort
 from predictive_scaler.errors import ConfigError, DataError, ModelError, ScalerError, SourceError
@@ -37,6 +36,7 @@ from predictive_scaler.series import load_trace
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 from tests.reliability.conftest import MODEL
+from tests.support.proxy import FaultProxy, Fixed
 
 CORPUS = Path(__file__).parent / "corpus"
 EXPECT: dict[str, dict[str, list[str]]] = yaml.safe_load((CORPUS / "expectations.yaml").read_text())

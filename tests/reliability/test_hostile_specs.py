@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 import yaml
 from pytest_httpserver import HTTPServer
-from support.specs import scaler_spec
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.forecasting.baselines import PersistenceForecaster
@@ -27,6 +26,7 @@ from tests.reliability.harness import World
 from tests.reliability.hostile import BOMB, Case, check, ids
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.ports import FakeMetrics
+from tests.support.specs import scaler_spec
 
 BACKTEST = "backtest --trace {d}/good.csv --scaler {d}/scaler.yaml --no-progress --report {d}/report"
 BASE: dict[str, Any] = {

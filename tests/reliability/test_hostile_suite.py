@@ -1,4 +1,4 @@
-"""The hostile-input suite as a whole: big enough in every class, the issue's examples all in it,
+"""The hostile-input suite as a whole: big enough in every class, the motivating examples all in it,
 and a few cases through the real console script, to prove no traceback reaches a user there either."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ CLASSES: dict[str, list[Case]] = {
     "output paths": test_hostile_outputs.CASES,
 }
 
-#: The examples of issue 12's "Why", each a case id of the suite.
+#: The bad inputs that motivated the suite (a user must get a clear message, never a traceback), each a case id.
 WHY = {
     "traces": ["mixed-z-and-naive", "naive-without-timezone", "trace-is-a-directory", "year-9999",
                "two-hundred-years-later", "exactly-14-days-evaluate", "one-step-short-of-14-days",

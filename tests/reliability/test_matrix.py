@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.prometheus import BackfilledPrometheus
-from support.proxy import Down, FaultProxy, Hang, Rewrite, Slow, Status
 
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore, ServingPointer
 from tests.reliability.conftest import BUSY_MODEL, MODEL, MakeWorld, trace_time
 from tests.reliability.harness import Period, World
 from tests.reliability.scenarios import SCENARIOS, Scenario
+from tests.support.prometheus import BackfilledPrometheus
+from tests.support.proxy import Down, FaultProxy, Hang, Rewrite, Slow, Status
 
 Hook = Callable[[World, int], None]
 

@@ -21,7 +21,6 @@ from typing import Any
 import kopf
 import pytest
 from pytest_httpserver import HTTPServer
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.handlers import build_registry
@@ -39,6 +38,7 @@ from tests.reliability.harness import NS, SCALER_API, World
 from tests.reliability.scenarios import BY_ID
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.ports import FakeMetrics
+from tests.support.prometheus import BackfilledPrometheus
 
 START = datetime(2018, 6, 20, 8, 1, tzinfo=UTC)
 KILLS = 20

@@ -27,7 +27,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from pytest_httpserver import HTTPServer
-from support.specs import scaler_spec
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.forecasting.store import MODEL_FILE, ModelStore
@@ -36,6 +35,7 @@ from tests.reliability.conftest import MODEL
 from tests.reliability.harness import World
 from tests.support.fakes.apiserver import FakeApiServer
 from tests.support.fakes.ports import FakeMetrics
+from tests.support.specs import scaler_spec
 
 START = datetime(2018, 6, 20, 8, 1, tzinfo=UTC)
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.cli import main
-from predictive_scaler.retrain import history_for_scaler
+from predictive_scaler.retrain.history import history_for_scaler
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
 from tests.commands.test_backtest import DEMAND_QUERY, SCALER, SMALL_SCENARIO
+from tests.support.prometheus import BackfilledPrometheus
 
 
 def test_the_retraining_pull_uses_the_client(prometheus_server: BackfilledPrometheus, client_calls: list[str]) -> None:

@@ -4,11 +4,11 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.prometheus import PrometheusSource
+from tests.support.prometheus import BackfilledPrometheus
 
 
 def source(prom: BackfilledPrometheus) -> PrometheusSource:

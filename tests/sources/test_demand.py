@@ -1,7 +1,7 @@
 """One demand history: the training pull and the serving pull see the same numbers.
 
 Against the real Prometheus fixture (14 days of a 1-minute trace as per-pod
-counters with restarts), with the README's kind of query: ``rate(…[2m])`` over
+counters with restarts), with the install example's kind of query: ``rate(…[2m])`` over
 5-minute model steps. The retraining job's pull (which ``backtest --prometheus``
 shares) and the controller's recent history must agree step by step; the old
 training pull — the query evaluated once per model step — did not.
@@ -13,21 +13,17 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.controller.ports import PrometheusMetricsPort
 from predictive_scaler.errors import DataError
-from predictive_scaler.retrain import (
-    PrometheusHistory,
-    ScalerTarget,
-    demand_query,
-    history_for_scaler,
-)
+from predictive_scaler.retrain.history import PrometheusHistory, demand_query, history_for_scaler
+from predictive_scaler.retrain.settings import ScalerTarget
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.demand import demand_history
 from predictive_scaler.sources.history import pull_history
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import ScalerSpec
+from tests.support.prometheus import BackfilledPrometheus
 
 STEP = 300
 RATE_2M = 'sum(rate(requests_total{namespace="ml"}[2m]))'

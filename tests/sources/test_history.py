@@ -4,12 +4,12 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from support.prometheus import BackfilledPrometheus
 
 from predictive_scaler.errors import DataError, InsufficientHistoryError, SourceError
 from predictive_scaler.sources import dcgm
 from predictive_scaler.sources.history import PrometheusMetrics, pull_history
 from predictive_scaler.sources.prometheus import DuplicateSeriesError, PrometheusSource
+from tests.support.prometheus import BackfilledPrometheus
 
 RATE_5M = 'sum(rate(requests_total{namespace="ml"}[5m]))'
 FRESHNESS = 'min(timestamp(requests_total{namespace="ml"}))'

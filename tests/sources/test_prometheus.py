@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pytest_httpserver import HTTPServer
-from support.prometheus import BackfilledPrometheus, free_port, running_prometheus
 from werkzeug import Request, Response
 
 from predictive_scaler.clock import FakeClock
@@ -21,6 +20,7 @@ from predictive_scaler.sources.prometheus import (
     PartialDataError,
     PrometheusSource,
 )
+from tests.support.prometheus import BackfilledPrometheus, free_port, running_prometheus
 
 RATE = 'sum(rate(requests_total{namespace="ml"}[5m]))'
 
@@ -149,6 +149,7 @@ def prometheus_with_broken_remote(tmp_path_factory: pytest.TempPathFactory) -> I
         yield server.url
 
 
+@pytest.mark.prometheus
 def test_warnings_are_partial_data(prometheus_with_broken_remote: str) -> None:
     src = PrometheusSource(prometheus_with_broken_remote, retries=0)
     now = datetime.now(UTC)
@@ -273,7 +274,7 @@ def test_the_injected_clock_is_the_default_time(prometheus_server: BackfilledPro
 
 
 def test_missing_binaries_fail_the_test_never_skip() -> None:
-    from support.prometheus import require_binary
+    from tests.support.prometheus import require_binary
 
     with pytest.raises(pytest.fail.Exception, match="install Debian's `prometheus`"):
         require_binary("prometheus-that-is-not-installed")
@@ -300,9 +301,9 @@ def test_factory_serves_a_custom_history(prometheus_factory) -> None:
 
 
 def test_demand_samples_are_the_planners_type() -> None:
+    from predictive_scaler.core.values import DemandSample
     from predictive_scaler.core.values import DemandSample as CoreDemandSample
-    from predictive_scaler.policy.planner import DemandSample as PlannerDemandSample
-    from predictive_scaler.sources.prometheus import DemandSample
+    from predictive_scaler.core.values import DemandSample as PlannerDemandSample
 
     assert DemandSample is PlannerDemandSample is CoreDemandSample  # one definition, in the core
     missing = DemandSample.absent("no series")
@@ -399,3 +400,13 @@ def test_connection_check(prometheus_server: BackfilledPrometheus) -> None:
     assert PrometheusSource(prometheus_server.url).check_connection(2.0) is None
     problem = PrometheusSource(f"http://127.0.0.1:{free_port()}").check_connection(2.0)
     assert problem is not None and "unreachable" in problem
+
+
+@pytest.mark.parametrize(("status", "verdict"), [
+    (200, "ok"), (429, "retry"), (500, "retry"), (502, "retry"), (503, "retry"),
+    (400, "refused"), (422, "refused"), (404, "refused"), (204, "refused"), (302, "refused"),
+])
+def test_the_http_status_alone_says_retry_refused_or_ok(status: int, verdict: str) -> None:
+    from predictive_scaler.sources.prometheus import _status_verdict
+
+    assert _status_verdict(status) == verdict

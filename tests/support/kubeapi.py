@@ -40,8 +40,8 @@ import requests
 import yaml
 
 from predictive_scaler import crd
-from support.processes import stop_process
-from support.prometheus import free_port
+from tests.support.processes import stop_process
+from tests.support.prometheus import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-kube-apiserver.sh"
@@ -77,7 +77,7 @@ def require_binaries() -> tuple[Path, Path, Path]:
         pytest.fail(
             f"kube-apiserver/kube-controller-manager are not built (looked in {bin_dir}); the end-to-end "
             "tests need a real API server: run `bash scripts/build-kube-apiserver.sh` (about 6–10 min "
-            "once; needs golang-go, dpkg-dev and a bookworm deb-src line — see the README's test section) "
+            "once; needs golang-go, dpkg-dev and a bookworm deb-src line — see docs/kubernetes-versions.md) "
             "or `make kube-apiserver`",
             pytrace=False)
     etcd = shutil.which("etcd")
@@ -342,7 +342,7 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
 def served(objects: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split rendered objects into (applied on 1.20, left out because 1.20 does not serve them).
 
-    The CRD goes without its CEL rules, as the README tells users of servers before 1.25
+    The CRD goes without its CEL rules, as docs/install.md tells users of servers before 1.25
     (`python -m predictive_scaler.crd --no-cel`): 1.20's CRD schema has no x-kubernetes-validations.
     """
     keep = [crd.without_cel(o) if o["kind"] == "CustomResourceDefinition" else o

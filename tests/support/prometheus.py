@@ -28,13 +28,13 @@ import requests
 import yaml
 
 from predictive_scaler.series import Series, load_trace
-from support.processes import stop_process
 from tests.support.openmetrics import (
     DEFAULT_SAMPLE_STEP_SECONDS,
     CounterFamily,
     GaugeFamily,
     write_openmetrics,
 )
+from tests.support.processes import stop_process
 
 RETENTION = "100y"
 #: Constant gauges need a sample only every few minutes to stay within the 5-minute lookback.

@@ -208,7 +208,7 @@ class FaultProxy:
             conn.close()
 
 
-def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:  # noqa: C901
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 

@@ -551,7 +551,7 @@ class FakeApiServer:
         self._faults = [f for f in self._faults if f.remaining > 0]
         return None
 
-    def _route(
+    def _route(  # noqa: C901
         self, method: str, path: str, query: dict[str, str], content_type: str | None, body: Any
     ) -> tuple[int, dict[str, Any]]:
         parts = [p for p in path.split("/") if p]

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.errors import ClusterError, ModelError, SourceError
-from predictive_scaler.forecasting.base import Forecast
-from predictive_scaler.policy.planner import ClusterState, Decision, DemandSample
+from predictive_scaler.policy.planner import ClusterState, Decision
 from predictive_scaler.series import Series
 
 #: One-sided standard normal quantiles, enough for the fakes (no scipy needed).
@@ -62,6 +62,9 @@ class FakeModel:
 
     ``broken`` (a message) makes forecast() raise ModelError; ``forecast_calls`` counts fits.
     """
+
+    #: Steps of history the model reads (None: it does not say); a subclass may set it.
+    window_steps: int | None = None
 
     def __init__(self, level: Callable[[datetime], float], *, cv: float = 0.05, horizon_steps: int = 6,
                  step_seconds: int = 300, quantiles: tuple[float, ...] = (0.5, 0.95), version: str = "v1") -> None:

@@ -1,4 +1,4 @@
-"""Names that used to collide now have one definition (issue #13): the parts share it, not a copy."""
+"""The backtest's accuracy measures agree with the forecasting engine's, and each part names its own retry policy."""
 
 from __future__ import annotations
 
@@ -6,20 +6,8 @@ import numpy as np
 import pytest
 
 from predictive_scaler.backtest import measures
-from predictive_scaler.core import values
-from predictive_scaler.forecasting import base, metrics
-from predictive_scaler.policy import planner
+from predictive_scaler.forecasting import metrics
 from predictive_scaler.sources import prometheus
-
-
-@pytest.mark.parametrize(("where", "name", "home"), [
-    pytest.param(planner, "DemandSample", values, id="planner-DemandSample"),
-    pytest.param(prometheus, "DemandSample", values, id="sources-DemandSample"),
-    pytest.param(base, "Forecast", values, id="forecasting-Forecast"),
-    pytest.param(measures, "naive_scale", metrics, id="backtest-naive_scale"),
-])
-def test_one_definition(where: object, name: str, home: object) -> None:
-    assert getattr(where, name) is getattr(home, name)
 
 
 @pytest.mark.parametrize(("history", "scale"), [
