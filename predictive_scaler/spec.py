@@ -336,8 +336,9 @@ class ReactiveBehavior(_Settings):
 class DriftSettings(_Settings):
     fast_periods: int = field(default=3, metadata=_m(
         "Drift when this many consecutive observations are far outside the forecast (above P95 by farAboveMargin, "
-        "or below P50 by farBelowRatio) beyond their usual spread around their model step's mean, or this many "
-        "consecutive completed model steps' means are. Default: 3.", minimum=1, maximum=100))
+        "or below P50 by farBelowRatio) beyond their usual spread around their model step's mean for at least "
+        "fastSeconds, or this many consecutive completed model steps' means are. Default: 3.", minimum=1,
+        maximum=100))
     window_periods: int = field(default=30, metadata=_m(
         "Completed model steps in the rolling window for the slower share-based checks (each step's mean is "
         "judged against the forecast for it). Default: 30.", minimum=2, maximum=500))
@@ -358,6 +359,17 @@ class DriftSettings(_Settings):
     recovery_seconds: int = field(default=900, metadata=_m(
         "After drift, return to predictive only once the forecast has been good this long (hysteresis). Default: 900.",
         minimum=0, maximum=86400))
+    fast_seconds: int = field(default=120, metadata=_m(
+        "Drift from single observations also needs them far off for at least this long (time, whatever the "
+        "control period: at 15 s a run of fastPeriods observations spans only 30 s). Default: 120 (3 "
+        "observations at the 60 s default period).", minimum=0, maximum=3600))
+    signal_lag_seconds: int = field(default=180, metadata=_m(
+        "How long after a change in demand the observed demand shows it in full: the demand query's range "
+        "(e.g. [2m]) plus the scrape interval plus the metric delay. From the time replicas or placeholders are "
+        "placed for a predicted rise until this long after its onset (the first model step whose P50 exceeds the "
+        "demand observed before it by one replica's capacity) has been observed, neither over-forecast drift "
+        "nor the lowering of a forecast above the observed level releases them. Default: 180 ([2m] scraped "
+        "every 30 s, 30 s late).", minimum=0, maximum=7200))
 
     _cel = (CelRule("self.minWindowPeriods <= self.windowPeriods",
                     "minWindowPeriods exceeds windowPeriods; lower it or enlarge the window"),)

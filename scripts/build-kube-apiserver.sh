@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and kube-controller-manager from Debian bookworm's
-# `kubernetes` source package (1.20.2) with Debian's golang-go, for the
-# end-to-end tests against a real API server (tests/e2e).
+# Build kube-apiserver, kube-controller-manager and kube-scheduler from Debian
+# bookworm's `kubernetes` source package (1.20.2) with Debian's golang-go, for
+# the end-to-end tests against a real control plane (tests/e2e).
 #
 # The binaries are cached outside the clone, keyed by the source version and a
 # hash of the fixes applied to it, so a machine that built them once skips the
-# build (cold: about 10 minutes on 2 cores). Prints the bin directory last.
+# build (cold: about 10 minutes on 2 cores, one `go build` for the three).
+# Prints the bin directory last.
 #
 # Needs: golang-go, dpkg-dev (dpkg-source), apt with a bookworm deb-src line
 # (only to fetch the source the first time). Missing pieces fail with a
@@ -20,7 +21,7 @@ fixes="$here/kube-apiserver/go119_fixes.py"
 
 DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"   # bookworm's kubernetes source
 K8S_VERSION="1.20.2"
-BUILD_REV="1"   # bump when the build flags below change
+BUILD_REV="2"   # bump when the build flags or the binaries below change
 
 cache_root="${PSCALER_KUBE_CACHE:-/var/cache/predictive-scaler}"
 key="$( (cat "$fixes"; echo "rev=$BUILD_REV"; echo "deb=$DEB_VERSION") | sha256sum | cut -c1-12)"
@@ -31,8 +32,10 @@ if [ "${1:-}" = "--print-bin-dir" ]; then
   echo "$bin"
   exit 0
 fi
-if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ]; then
-  echo "kube-apiserver $K8S_VERSION already built (cache hit)" >&2
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler)
+built() { local b; for b in "${BINARIES[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+if built; then
+  echo "kubernetes $K8S_VERSION (${BINARIES[*]}) already built (cache hit)" >&2
   echo "$bin"
   exit 0
 fi
@@ -103,16 +106,28 @@ inputs="$(
   || { tail -20 "$work/openapi-gen.log" >&2; die "openapi-gen failed"; }
 [ -s pkg/generated/openapi/zz_generated.openapi.go ] || die "openapi-gen wrote nothing"
 
-vpkg=k8s.io/kubernetes/vendor/k8s.io/component-base/version
-ldflags="-s -w -X $vpkg.gitVersion=v$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=20"
-ldflags="$ldflags -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-echo "building kube-apiserver and kube-controller-manager ($(go version))" >&2
+# The version the binaries report (--version, the API server's /version, the
+# User-Agent of their clients) is set at link time, in both packages that hold
+# it, as Kubernetes' own hack/lib/version.sh does; unset, it is v0.0.0-master.
+# The commit is upstream's v1.20.2 tag, the tree Debian's source is.
+ldflags="-s -w"
+for vpkg in k8s.io/kubernetes/vendor/k8s.io/component-base/version \
+            k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
+  ldflags="$ldflags -X $vpkg.gitVersion=v$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=20"
+  ldflags="$ldflags -X $vpkg.gitCommit=faecb196815e248d3ecfb03c680a4507229c2a56"
+  ldflags="$ldflags -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z"
+done
+echo "building ${BINARIES[*]} ($(go version))" >&2
 mkdir -p "$work/out"
-go build -ldflags "$ldflags" -o "$work/out/" ./cmd/kube-apiserver ./cmd/kube-controller-manager
+go build -ldflags "$ldflags" -o "$work/out/" "${BINARIES[@]/#/./cmd/}"
 
-"$work/out/kube-apiserver" --version >&2
+for b in "${BINARIES[@]}"; do
+  reported="$("$work/out/$b" --version)"
+  echo "$b: $reported" >&2
+  [ "$reported" = "Kubernetes v$K8S_VERSION" ] || die "$b reports '$reported', not v$K8S_VERSION"
+done
 mkdir -p "$bin"
-mv "$work/out/kube-apiserver" "$work/out/kube-controller-manager" "$bin/"
+mv "${BINARIES[@]/#/$work/out/}" "$bin/"
 rm -rf "$work"   # the source tree and Go cache (about 1.5 GB) are not needed any more
 echo "built in $(( $(date +%s) - start )) s" >&2
 echo "$bin"

@@ -4,7 +4,7 @@ The predictive policy is :class:`predictive_scaler.reconcile.Reconciler` — the
 class the in-cluster controller runs — with these adapters plugged in:
 
 - :class:`TraceMetrics` (MetricsPort): the trace as a metrics source would show
-  it: ``metrics_delay_s`` old, a gap is an error (Prometheus answers an empty
+  it: ``metrics_delay_s`` old through the scenario's measurement chain, a gap is an error (Prometheus answers an empty
   result, never 0), and ``recent`` returns only model steps complete by then;
 - :class:`ServedModel` (ModelPort): the model the weekly retraining promoted;
   it records every forecast the reconciler asked for, for the accuracy report;
@@ -31,6 +31,7 @@ import pandas as pd
 
 from predictive_scaler.backtest.measures import HorizonAccuracy, horizon_accuracy
 from predictive_scaler.backtest.records import ForecastRecord, ModelEvent, Progress, Setup
+from predictive_scaler.backtest.scenario import MeasurementChain
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.core.values import DemandSample, Forecast
@@ -53,9 +54,12 @@ from predictive_scaler.spec import ScalerSpec
 class TraceMetrics:
     """MetricsPort over a trace: only what was observable at ``now`` (minus the metrics delay)."""
 
-    def __init__(self, trace: Series, delay_s: float) -> None:
+    def __init__(self, trace: Series, delay_s: float, chain: MeasurementChain | None = None) -> None:
         self.trace = trace
         self.delay_s = float(delay_s)
+        # With a chain, demand_now is what the demand query returns (rate() of scraped counters), not the step.
+        self._chain = None if chain is None else chain.sampler(trace.values, trace.start.timestamp(),
+                                                              trace.step_seconds, self.delay_s)
         self._start_s = trace.start.timestamp()
         self._grids: dict[int, Series] = {}
 
@@ -68,6 +72,8 @@ class TraceMetrics:
         seen = now.timestamp() - self.delay_s
         i = math.floor((seen - self._start_s) / self.trace.step_seconds)
         value = float(self.trace.values[i]) if 0 <= i < len(self.trace) else math.nan
+        if self._chain is not None:
+            value = float(self._chain(np.array([now.timestamp()]))[0])
         if not math.isfinite(value):
             raise SourceError(
                 f"no demand sample at {datetime.fromtimestamp(seen, UTC).isoformat()}: the trace has a gap there "
@@ -336,7 +342,7 @@ class PredictiveCache:
         sc, spec = setup.scenario, setup.spec
         return (setup.trace.name, len(setup.trace), setup.eval_start, setup.n_ticks, setup.model_step, spec.quantile,
                 spec.horizon_seconds, spec.model.recent_window_seconds, sc.forecasters, sc.retrain_every,
-                sc.cluster.metrics_delay_s)
+                sc.cluster.metrics_delay_s, sc.measurement)
 
     def check(self, setup: Setup) -> None:
         key = self.key_of(setup)
@@ -360,7 +366,7 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
         cache.check(setup)
     reuse = cache is not None and cache.filled
     start = setup.eval_start.to_pydatetime()
-    metrics = TraceMetrics(_observable(setup), scenario.cluster.metrics_delay_s)
+    metrics = TraceMetrics(_observable(setup), scenario.cluster.metrics_delay_s, scenario.measurement)
     step = setup.model_step
     settings, settings_note = retrain_settings(setup)
     trainer = Trainer(spec=spec, settings=settings)

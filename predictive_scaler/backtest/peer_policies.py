@@ -6,7 +6,7 @@ costs milliseconds per peer; the simulator then plays the schedule.
 
 - ``reactive``: the planner's own HPA rule (policy/reactive.py: tolerance,
   scale-down stabilisation, scale-up rate, missing metrics never scale down,
-  min/max clamps) on the demand seen with the metrics delay.
+  min/max clamps) on the demand the measurement chain shows (:func:`observed`).
 - ``static``: a fixed fleet sized for the peak of the training window.
 - ``holt-winters``: the Predictive HPA approach — Holt-Winters (damped additive,
   daily season) on the reactive replica recommendation, forecast over the node
@@ -24,8 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from predictive_scaler.backtest.scenario import MeasurementChain
 from predictive_scaler.backtest.simulator import ClusterConfig, Demand, SimulatedCluster
 from predictive_scaler.policy.reactive import prune_events, recommend
+from predictive_scaler.series import Series
 from predictive_scaler.spec import ReactiveBehavior
 
 
@@ -35,13 +37,10 @@ class Bounds:
     max_replicas: int
 
 
-def observed(demand: Demand, delay_s: float) -> np.ndarray:
-    """What a metrics pipeline shows at each tick: the demand ``delay_s`` ago (NaN before any)."""
-    lag = int(math.ceil(delay_s / demand.tick_s - 1e-9))
-    out = np.full(len(demand), np.nan)
-    if lag < len(demand):
-        out[lag:] = demand.values[: len(demand) - lag]
-    return out
+def observed(trace: Series, times_s: np.ndarray, chain: MeasurementChain, delay_s: float) -> np.ndarray:
+    """What the demand query returns at each time (epoch seconds): the trace through the measurement
+    chain — a ``rate()`` window of scraped counters, ``delay_s`` late (NaN = no value)."""
+    return chain.signal(trace.values, trace.start.timestamp(), trace.step_seconds, times_s, delay_s)
 
 
 class HpaControl:

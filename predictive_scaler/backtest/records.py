@@ -84,7 +84,27 @@ class Setup:
             "capacity_per_replica": self.capacity_per_replica,
             "peak_replicas": self.peak_replicas,
             "max_replicas": self.max_replicas,
+            "measurement": self.measurement(),
         }
+
+    def measurement(self) -> dict[str, Any]:
+        """The measurement chain the policies but the oracle saw demand through, as it ran on this trace."""
+        chain, step, delay = self.scenario.measurement, self.trace.step_seconds, self.scenario.cluster.metrics_delay_s
+        out: dict[str, Any] = {
+            **chain.to_dict(),
+            "delay": f"{delay:g}s",
+            "reconcile_interval": format_duration(self.scenario.control_period),
+        }
+        if chain.exact:
+            out["seen"] = "each trace step's exact value, delay late (no controller sees this)"
+            return out
+        window = chain.window_for(step)
+        out["effective_rate_window"] = format_duration(timedelta(seconds=window))
+        out["seen"] = "mean demand over the effective window ending at the last scrape at or before reconcile time − delay"
+        if window > chain.rate_window_s:
+            out["seen"] += (f"; the window is widened to the {format_duration(self.trace.step)} trace step "
+                            "(a trace value is its step's mean: a shorter window would resolve what the trace does not hold)")
+        return out
 
 
 def prepare(trace: Series, scenario: Scenario) -> Setup:
@@ -148,7 +168,8 @@ def prepare(trace: Series, scenario: Scenario) -> Setup:
         demand=Demand(values, tick, capacity),
         training_values=training_values,
         spec=build_spec(scenario, capacity=capacity, max_replicas=max_replicas, model_step=model_step,
-                        peak_factor=intra_step_peak_factor(training_values, trace.step_seconds, model_step)),
+                        peak_factor=intra_step_peak_factor(training_values, trace.step_seconds, model_step),
+                        trace_step=trace.step_seconds),
     )
 
 

@@ -199,7 +199,7 @@ def hpa_run(setup: Setup, name: str, utilization: float, *, initial_replicas: in
     """The reactive peer (or, ``name == "holt-winters"``, the Holt-Winters peer) at HPA target ``utilization``."""
     plan_capacity = setup.capacity_per_replica * utilization
     floor = _holt_winters_floor(setup, utilization) * plan_capacity if name == "holt-winters" else None
-    metric = peer_policies.observed(setup.demand, setup.scenario.cluster.metrics_delay_s)
+    metric = planner_metric(setup)
     control = peer_policies.HpaControl(metric, behavior=setup.spec.reactive, capacity=plan_capacity, bounds=setup.bounds,
                                floor=floor)
     return simulate(name, control, setup.n_ticks, setup.tick_s, setup.scenario.cluster,
@@ -212,16 +212,11 @@ BUDGETED = ("predictive",)
 
 
 def planner_metric(setup: Setup) -> np.ndarray:
-    """Per tick, the demand the planner sees (the trace ``metrics_delay_s`` ago, training included; NaN = gap)."""
-    trace = setup.trace
-    delay = setup.scenario.cluster.metrics_delay_s
-    t = setup.eval_start.timestamp() + np.arange(setup.n_ticks) * setup.tick_s - delay
-    idx = np.floor((t - trace.start.timestamp()) / trace.step_seconds).astype(np.int64)
-    values = np.asarray(trace.values, dtype=float)
-    ok = (idx >= 0) & (idx < values.size)
-    out = np.full(setup.n_ticks, np.nan)
-    out[ok] = values[idx[ok]]
-    return out
+    """Per tick, the demand every policy but the oracle sees: the trace (training included) through the
+    scenario's measurement chain (NaN = no value)."""
+    times = setup.eval_start.timestamp() + np.arange(setup.n_ticks) * setup.tick_s
+    return peer_policies.observed(setup.trace, times, setup.scenario.measurement,
+                                  setup.scenario.cluster.metrics_delay_s)
 
 
 def counterfactual(setup: Setup, initial_replicas: int) -> np.ndarray:

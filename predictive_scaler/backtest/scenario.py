@@ -10,12 +10,13 @@ and errors name the field.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
@@ -33,6 +34,132 @@ _DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "backtests" / "default
 
 
 @dataclass(frozen=True)
+class MeasurementChain:
+    """How demand reaches every policy but the oracle: as the controller's demand query returns it.
+
+    The controller does not see each minute's demand: it reads ``rate(counter[window])`` of counters
+    scraped every ``scrape_interval_s``, evaluated ``delay`` after its reconcile time (the cluster's
+    ``metrics_delay_s``; the reconcile interval is the scenario's ``control_period``). So at reconcile
+    time ``t`` it sees the mean demand over the window ending at the last scrape at or before
+    ``t − delay`` (:meth:`signal`). A trace coarser than the window holds no detail inside its steps:
+    the window is widened to one trace step (:meth:`window_for`), so a value is never finer than the
+    trace and never reads past the scrape. ``exact`` hands each trace step's value over ``delay`` late
+    instead — a signal no controller gets, kept only to compare with.
+    """
+
+    #: Seconds between two scrapes of the demand counters (Prometheus' common 30 s).
+    scrape_interval_s: int = 30
+    #: The query's range, e.g. 120 for ``rate(...[2m])`` as the shipped examples use.
+    rate_window_s: int = 120
+    #: Hand the policies each trace step's exact value instead (comparison only).
+    exact: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("scrape_interval_s", "rate_window_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+                raise ConfigError(f"measurement.{name.removesuffix('_s')} must be whole seconds, got {value!r}",
+                                  field=f"measurement.{name.removesuffix('_s')}")
+        if not 1 <= self.scrape_interval_s <= 600:
+            raise ConfigError(f"measurement.scrape_interval must be in 1s..10m, got {self.scrape_interval_s}s",
+                              field="measurement.scrape_interval")
+        if not 2 * self.scrape_interval_s <= self.rate_window_s <= 3600:
+            # rate() needs two samples inside its range, else Prometheus answers an empty result.
+            raise ConfigError(
+                f"measurement.rate_window {self.rate_window_s}s must cover at least two scrapes "
+                f"({2 * self.scrape_interval_s}s) and at most 1h", field="measurement.rate_window")
+
+    def window_for(self, trace_step_s: int) -> int:
+        """The window the chain averages over on a trace of this step: at least one trace step."""
+        return max(int(self.rate_window_s), int(trace_step_s))
+
+    def lag_for(self, trace_step_s: int) -> int:
+        """Seconds after a change in demand until a value stamped ``t − delay`` shows it in full:
+        the window, plus the scrape the value may be behind its stamp."""
+        return self.window_for(trace_step_s) + int(self.scrape_interval_s)
+
+    def signal(self, values: np.ndarray, start_s: float, step_s: int, times_s: np.ndarray,
+               delay_s: float) -> np.ndarray:
+        """Per time in ``times_s`` (epoch seconds), the demand the policies see (NaN = none).
+
+        ``values`` hold during their trace step (``step_s`` from ``start_s``; NaN = a gap). The chain's
+        value is the mean of the known demand over ``[s − window, s]``, ``s`` the last scrape at or
+        before ``t − delay`` (scrapes on the epoch's ``scrape_interval`` grid); NaN when the step the
+        scrape closes is a gap (a series that stopped is absent, not 0) or nothing is known yet.
+        """
+        return self.sampler(values, start_s, step_s, delay_s)(times_s)
+
+    def sampler(self, values: np.ndarray, start_s: float, step_s: int,
+                delay_s: float) -> Callable[[np.ndarray], np.ndarray]:
+        """:meth:`signal` for one trace, its running sums computed once (for one call per reconcile)."""
+        v = np.asarray(values, dtype=float)
+        n = v.size
+        known = np.isfinite(v)
+        rate = np.where(known, v, 0.0)
+        cover = known.astype(float)
+        sums = np.concatenate([[0.0], np.cumsum(rate * step_s)])
+        covered = np.concatenate([[0.0], np.cumsum(cover * step_s)])
+        window, scrape = self.window_for(step_s), self.scrape_interval_s
+
+        def integral(cum: np.ndarray, per_second: np.ndarray, at: np.ndarray) -> np.ndarray:
+            clipped = np.clip(at, 0.0, n * step_s)
+            i = np.minimum((clipped // step_s).astype(np.int64), n - 1)
+            return cum[i] + per_second[i] * (clipped - i * step_s)
+
+        def at(times_s: np.ndarray) -> np.ndarray:
+            t = np.asarray(times_s, dtype=float) - float(delay_s)
+            out = np.full(t.shape, np.nan)
+            if n == 0:
+                return out
+            if self.exact:
+                idx = np.floor((t - start_s) / step_s).astype(np.int64)
+                ok = (idx >= 0) & (idx < n)
+                out[ok] = v[idx[ok]]
+                return out
+            end = np.floor(t / scrape) * scrape - start_s
+            begin = end - window
+            total = integral(sums, rate, end) - integral(sums, rate, begin)
+            seen = integral(covered, cover, end) - integral(covered, cover, begin)
+            last = np.clip(np.ceil(end / step_s - 1e-9).astype(np.int64) - 1, 0, n - 1)  # the step the scrape closes
+            ok = (end > 0) & (end <= n * step_s) & (seen > 0) & known[last]
+            out[ok] = total[ok] / seen[ok]
+            return out
+
+        return at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scrape_interval": format_duration(timedelta(seconds=self.scrape_interval_s)),
+                "rate_window": format_duration(timedelta(seconds=self.rate_window_s)), "exact": self.exact}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MeasurementChain:
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ConfigError("measurement must be a mapping of scrape_interval, rate_window, exact",
+                              field="measurement")
+        bad = sorted(set(data) - {"scrape_interval", "rate_window", "exact"})
+        if bad:
+            raise ConfigError(f"measurement: unknown setting(s) {', '.join(bad)}; known: scrape_interval, "
+                              "rate_window, exact (the delay is cluster.metrics_delay_s, the reconcile interval "
+                              "control_period)", field=f"measurement.{bad[0]}")
+        kw: dict[str, Any] = {}
+        for key in ("scrape_interval", "rate_window"):
+            if key in data:
+                seconds = _duration(data[key], f"measurement.{key}").total_seconds()
+                if seconds != int(seconds):
+                    raise ConfigError(f"measurement.{key} must be whole seconds, got {seconds}s",
+                                      field=f"measurement.{key}")
+                kw[f"{key}_s"] = int(seconds)
+        if "exact" in data:
+            if not isinstance(data["exact"], bool):
+                raise ConfigError(f"measurement.exact must be true or false, got {data['exact']!r}",
+                                  field="measurement.exact")
+            kw["exact"] = data["exact"]
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
 class Scenario:
     """Everything a backtest run depends on besides the trace."""
 
@@ -44,6 +171,9 @@ class Scenario:
     cluster: ClusterConfig = field(default_factory=lambda: ClusterConfig.preset("karpenter"))
     #: How often every policy acts (the controller's reconcile period).
     control_period: timedelta = timedelta(seconds=60)
+    #: How demand reaches every policy but the oracle (scrape interval, rate() window; the delay is
+    #: ``cluster.metrics_delay_s``, the reconcile interval ``control_period``).
+    measurement: MeasurementChain = field(default_factory=MeasurementChain)
     #: Size demand so the P95 of the training window needs this many replicas.
     peak_replicas: int | None = 10
     #: Or give the capacity of one replica in the trace's unit (wins over peak_replicas).
@@ -169,6 +299,7 @@ class Scenario:
             "preset": self.preset,
             "cluster": self.cluster.to_dict(),
             "control_period": format_duration(self.control_period),
+            "measurement": self.measurement.to_dict(),
             "peak_replicas": self.peak_replicas,
             "capacity_per_replica": self.capacity_per_replica,
             "max_replicas": self.max_replicas,
@@ -241,6 +372,8 @@ def _cluster_config(cluster: Any, preset: str) -> ClusterConfig:
 def _typed_settings(data: dict[str, Any]) -> dict[str, Any]:
     """The scalar and list settings ``data`` gives, each read as its type (durations, numbers, names)."""
     kw: dict[str, Any] = {}
+    if "measurement" in data:
+        kw["measurement"] = MeasurementChain.from_dict(data["measurement"])
     for key in ("control_period", "retrain_every"):
         if key in data:
             kw[key] = _duration(data[key], key)
@@ -263,7 +396,7 @@ def _typed_settings(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_step: int,
-               peak_factor: float = 1.0) -> ScalerSpec:
+               peak_factor: float = 1.0, trace_step: int = 60) -> ScalerSpec:
     """The scenario's ``spec`` section laid over what the simulated cluster implies.
 
     The planning capacity of a replica is ``capacity × target_utilization`` (the
@@ -294,6 +427,8 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
                     "budget": {"pricePerGpuHour": cfg.price_per_gpu_hour}},
         "model": {"stepSeconds": model_step},
         "mode": "scale",
+        # How long the chain's values take to show a change in full (they are stamped t − delay).
+        "drift": {"signalLagSeconds": 0 if scenario.measurement.exact else min(7200, scenario.measurement.lag_for(trace_step))},
     }
     return ScalerSpec.from_dict(deep_merge(base, scenario.spec))
 

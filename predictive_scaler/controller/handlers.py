@@ -11,13 +11,20 @@ Operational notes:
   standalone (no peering objects, so no RBAC for them).
 - No finalizers: the placeholder is garbage-collected through its ownerReference
   when the PredictiveScaler is deleted, so deletion needs no handler of ours to
-  succeed. The optional deletion handler only drops in-memory bookings.
+  succeed, and deleting a scaler (or the CRD, on uninstall) completes while the
+  controller is stopped. kopf puts its finalizer on every object a timer runs
+  for, so that it can stop the timer before the object goes; the reconcile timer
+  is registered without that need (:func:`_release_finalizer`) and is stopped by
+  its filter instead, once the watch reports the object DELETED. A finalizer an
+  older version left is removed by kopf at the next event of the object. The
+  deletion handlers only drop in-memory bookings.
 - kopf's own handler log lines are not posted as Events (a timer every minute
   would flood ``kubectl describe``); ours are, deduplicated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +54,7 @@ class Handlers:
     reconcile: Callable[..., None]
     startup: Callable[..., None]
     deleted: Callable[..., None]
+    watched: Callable[..., None]
 
 
 def build_registry(service: ControllerService) -> tuple[kopf.OperatorRegistry, Handlers]:
@@ -79,13 +87,46 @@ def build_registry(service: ControllerService) -> tuple[kopf.OperatorRegistry, H
     def deleted(*, name: str, namespace: str | None, uid: str, **_: Any) -> None:
         service.forget(uid, namespace or "default", name)
 
+    # UIDs of scalers the watch reported DELETED: their timers must stop (one short string per deleted
+    # scaler for the life of the process; a UID never comes back).
+    gone: set[str] = set()
+
+    def watched(*, type: str | None, name: str, namespace: str | None, uid: str, **kw: Any) -> None:
+        # Watching handlers run before kopf re-matches the object's timers on the same event, so the
+        # timer's filter below already sees the UID as gone and kopf stops the timer.
+        if type == "DELETED" and uid not in gone:
+            gone.add(uid)
+            deleted(name=name, namespace=namespace, uid=uid, **kw)
+
+    def alive(*, uid: str, **_: Any) -> bool:
+        return uid not in gone
+
+    def removal(*, type: str | None, **_: Any) -> bool:
+        return type == "DELETED"  # kopf logs every call of a handler: only the one event that matters
+
     kopf.timer(manifests.GROUP, manifests.VERSION, manifests.PLURAL, interval=interval, initial_delay=1.0,
-               id="reconcile", registry=registry)(reconcile)
+               id="reconcile", when=alive, registry=registry)(reconcile)
     kopf.on.startup(registry=registry)(startup)
     kopf.on.login(registry=registry)(login)
+    kopf.on.event(manifests.GROUP, manifests.VERSION, manifests.PLURAL, id="gone", when=removal,
+                  registry=registry)(watched)
+    # A deletion that other finalizers hold (foreground cascading): forget the booking at once.
     kopf.on.delete(manifests.GROUP, manifests.VERSION, manifests.PLURAL, optional=True, id="forget",
                    registry=registry)(deleted)
-    return registry, Handlers(reconcile=reconcile, startup=startup, deleted=deleted)
+    _release_finalizer(registry)
+    return registry, Handlers(reconcile=reconcile, startup=startup, deleted=deleted, watched=watched)
+
+
+def _release_finalizer(registry: kopf.OperatorRegistry) -> None:
+    """Register the timers as not needing kopf's finalizer.
+
+    kopf marks every timer as needing one and offers no option against it; its handlers are frozen
+    dataclasses, so they are replaced by copies. tests/controller/test_finalizers.py fails if a kopf
+    release moves this, rather than letting uninstall hang again.
+    """
+    spawning = registry._spawning  # noqa: SLF001 - see the docstring
+    spawning._handlers = [dataclasses.replace(h, requires_finalizer=False)  # noqa: SLF001
+                          for h in spawning._handlers]  # noqa: SLF001
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -163,8 +163,23 @@ class KubeClusterPort:
         self.observed = ClusterState(
             desired_replicas=self.scale.replicas, ready_replicas=ready, starting_replicas=starting,
             placeholder_gpus=self.placeholder.gpus if self.placeholder else 0, free_gpus=free,
+            placeholder_bound_gpus=self._placeholder_bound_gpus(),
         )
         return self.observed
+
+    def _placeholder_bound_gpus(self) -> int:
+        """GPUs the placeholder's pods hold on nodes: its pods less those the scheduler could not place
+        (the status says where the prewarmed capacity is, not only how much was asked for)."""
+        held = self.placeholder
+        if held is None or held.replicas <= 0:
+            return 0
+        selector = label_selector(manifests.placeholder_labels(self.scaler.name)) or ""
+        if self.cache is not None and PODS not in self.stale:
+            pods = self.cache.pod_counts(self.scaler.namespace, selector)
+        else:
+            pods = self.kube.list_pods(self.scaler.namespace, selector)
+        bound = pods.ready + pods.starting - pods.unscheduled
+        return max(0, min(held.replicas, bound)) * held.gpus_per_pod
 
     def apply(self, decision: Decision, now: datetime) -> None:
         """Scale the target, then size (or remove) the placeholder. Raises ClusterError."""

@@ -69,7 +69,8 @@ from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
-from predictive_scaler.policy.explain import Event
+from predictive_scaler.policy import explain
+from predictive_scaler.policy.explain import Event, Held
 from predictive_scaler.policy.reasons import Limit
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import MetricsPort, Reconciler, ReconcileResult
@@ -78,8 +79,19 @@ from predictive_scaler.spec import ScalerSpec
 
 log = logging.getLogger("predictive_scaler.controller")
 
-#: The same Event (reason and message) is posted again only after this long.
+#: The dedup window: a repeat of an Event (type, reason and message) within this long of its last
+#: occurrence raises the posted Event's count and lastTimestamp, as client-go's recorder does;
+#: after it, a new Event is posted.
 EVENT_REPEAT_SECONDS = 600.0
+
+
+@dataclass
+class Posted:
+    """An Event this process posted: its name, how often it occurred, and when last (for the dedup)."""
+
+    name: str
+    count: int
+    last_s: float
 
 
 @dataclass
@@ -90,7 +102,8 @@ class ScalerRuntime:
     reconciler: Reconciler | None = None
     model: StoreModelPort | None = None
     state: PlannerState | None = None
-    events: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: The Events posted, by (type, reason, message): a repeat raises the count of the one posted.
+    events: dict[tuple[str, str, str], Posted] = field(default_factory=dict)
     ref: ScalerRef | None = None
     #: Kubernetes API trouble not yet written to the status (ApiDegraded).
     api_retries: ApiTally = field(default_factory=ApiTally)
@@ -331,10 +344,8 @@ class ControllerService:
         conflicts = tuple(c.describe() for c in found)
         if not conflicts or parsed.mode == "forecast-only":
             return conflicts
-        self._release_placeholder(cluster, ref.uid, period.now_s)
-        message = (f"refusing to scale {parsed.target.kind}/{parsed.target.name}: {', '.join(conflicts)} "
-                   "already scales it and two autoscalers would fight; delete it (or set mode: "
-                   "forecast-only to only report) — the placeholder was removed")
+        removed = self._release_placeholder(cluster, ref.uid, period.now_s)
+        message = conflict_message(parsed, conflicts, removed)
         return Refusal("ConflictingAutoscaler", message, conflict=True, mode=parsed.mode, budget=_no_budget(parsed))
 
     def _gate_placeholder_priority(self, period: Period, parsed: ScalerSpec,
@@ -397,7 +408,7 @@ class ControllerService:
                       model_warning=model.problem if model.version else None,
                       savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None, api=api)
         body = reconciled_status(result, parsed, extra, period.previous, period.now, period.generation)
-        events = self._step_events(model, parsed, cluster, stepped, api)
+        events = [*self._actions(parsed, cluster, result), *self._step_events(model, parsed, cluster, stepped, api)]
         if parsed.mode == "keda":
             self.keda_board.publish(answer_for(result.decision, parsed, namespace=ref.namespace, name=ref.name,
                                                decided_at=result.now))
@@ -409,6 +420,15 @@ class ControllerService:
         self._api_after_status(ref, runtime)
         self._record(period, parsed, stepped, budget_gpus)
         return Outcome(body, result)
+
+    @staticmethod
+    def _actions(parsed: ScalerSpec, cluster: KubeClusterPort, result: ReconcileResult) -> tuple[Event, ...]:
+        """The Events of what this reconcile changed: what was observed against what the port holds now."""
+        seen = result.cluster
+        before = Held(seen.desired_replicas, seen.placeholder_gpus // max(1, parsed.gpus_per_replica))
+        after = Held(cluster.scale.replicas if cluster.scale is not None else seen.desired_replicas,
+                     cluster.placeholder.replicas if cluster.placeholder is not None else 0)
+        return explain.actions(result.decision, before, after, parsed)
 
     def _step_events(self, model: StoreModelPort, parsed: ScalerSpec, cluster: KubeClusterPort, stepped: Stepped,
                      api: ApiReport) -> list[Event]:
@@ -477,10 +497,12 @@ class ControllerService:
             return mine
         return stored
 
-    def _release_placeholder(self, cluster: KubeClusterPort, uid: str, now_s: float) -> None:
-        cluster.remove_placeholder()
+    def _release_placeholder(self, cluster: KubeClusterPort, uid: str, now_s: float) -> bool:
+        """Delete the placeholder and release the scaler's booking; True when a placeholder was deleted."""
+        removed = cluster.remove_placeholder()
         with self.budget.reserve(uid, None, now_s) as r:
             r.settle(0, now_s)
+        return removed
 
     def _refuse(self, period: Period, refusal: Refusal) -> Outcome:
         ref, runtime, reason, message = period.ref, period.runtime, refusal.reason, refusal.message
@@ -558,20 +580,38 @@ class ControllerService:
         self.telemetry.api_retries(ref.namespace, ref.name, self.api_activity.take())
 
     def _post(self, ref: ScalerRef, runtime: ScalerRuntime, events: list[Event], now_s: float) -> None:
-        """Post Events, each (reason, message) at most once per EVENT_REPEAT_SECONDS. Best effort."""
+        """Post Events, deduplicated as client-go's recorder does: a repeat of the same (type, reason,
+        message) within EVENT_REPEAT_SECONDS of its last occurrence raises the posted Event's count and
+        lastTimestamp instead of creating another. Best effort."""
+        for key in [k for k, p in runtime.events.items() if now_s - p.last_s >= EVENT_REPEAT_SECONDS]:
+            del runtime.events[key]  # past the window: the next occurrence is a new Event
         for ev in events:
-            last = runtime.events.get(ev.reason)
-            if last is not None and last[0] == ev.message and now_s - last[1] < EVENT_REPEAT_SECONDS:
-                continue
+            key = (ev.type, ev.reason, ev.message)
+            posted = runtime.events.get(key)
             try:
-                self.kube.create_event(ref.involved_object(), ev.reason, ev.message, ev.type,
-                                       self.clock.now(), instance=None)
+                if posted is not None:
+                    try:
+                        self.kube.repeat_event(ref.namespace, posted.name, posted.count + 1, self.clock.now())
+                        posted.count, posted.last_s = posted.count + 1, now_s
+                        continue
+                    except NotFoundError:
+                        pass  # expired (the API server's event TTL) or deleted: post it afresh
+                name = self.kube.create_event(ref.involved_object(), ev.reason, ev.message, ev.type,
+                                              self.clock.now(), instance=None)
             except ClusterError as exc:
                 # An Event lost is a report lost, not a reason to fail the reconcile.
                 log.warning("event not recorded", extra={"scaler": ref.describe(), "reason": ev.reason,
                                                          "detail": str(exc)})
                 continue
-            runtime.events[ev.reason] = (ev.message, now_s)
+            runtime.events[key] = Posted(name, 1, now_s)
+
+
+def conflict_message(spec: ScalerSpec, conflicts: tuple[str, ...], removed: bool) -> str:
+    """The ConflictingAutoscaler refusal: who else scales the target, what to do, and — only when one
+    was deleted — that the placeholder was removed."""
+    return (f"refusing to scale {spec.target.kind}/{spec.target.name}: {', '.join(conflicts)} already scales it "
+            "and two autoscalers would fight; delete it (or set mode: forecast-only to only report)"
+            + (" — the placeholder was removed" if removed else ""))
 
 
 def _fix_message(exc: ConfigError) -> str:

@@ -290,6 +290,14 @@ API_CALLS: tuple[ApiCall, ...] = (
         "record strategy changes, clamps and refusals on the PredictiveScaler",
     ),
     ApiCall(
+        "PATCH",
+        "/api/v1/namespaces/{namespace}/events/{name}",
+        "patch",
+        "",
+        "events",
+        "record a repeat of an Event within the dedup window (its count and lastTimestamp)",
+    ),
+    ApiCall(
         "GET",
         CR_PREFIX + "/namespaces/{namespace}/" + manifests.PLURAL + "/{name}",
         "get",

@@ -362,6 +362,16 @@ def event(
     return body
 
 
+def event_repeat(count: int, now: datetime) -> dict[str, Any]:
+    """The merge patch that records a repeat of an Event already posted: its ``count`` and
+    ``lastTimestamp``, as client-go's recorder patches an Event it has seen within its window."""
+    if count < 2:
+        raise ConfigError(f"a repeated event has a count of at least 2, got {count}", field="count")
+    if now.tzinfo is None:
+        raise ConfigError("event time must be timezone-aware (UTC)", field="now")
+    return {"count": count, "lastTimestamp": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def _check_dns_label(value: str, field: str) -> None:
     _check_name(value, field, _DNS_LABEL, 63,
                 "use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")

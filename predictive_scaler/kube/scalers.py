@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from predictive_scaler.kube import manifests
@@ -16,6 +18,11 @@ CR_PREFIX = f"/apis/{manifests.GROUP}/{manifests.VERSION}"
 class ScalerCalls(Transport):
     """PredictiveScalers and their Events."""
 
+    @functools.cached_property
+    def _event_names(self) -> tuple[threading.Lock, dict[tuple[str, str], datetime]]:
+        """When each object's last Event was named (names are made of that time; see ``create_event``)."""
+        return threading.Lock(), {}
+
     def create_event(
         self,
         involved_object: Mapping[str, Any],
@@ -25,20 +32,47 @@ class ScalerCalls(Transport):
         now: datetime,
         *,
         instance: str | None = None,
-    ) -> None:
-        """Record a core/v1 Event (see ``manifests.event``)."""
-        body = manifests.event(involved_object, reason, message, type, now, instance=instance)
-        namespace = body["metadata"]["namespace"]
+    ) -> str:
+        """Record a core/v1 Event (see ``manifests.event``); returns its name.
+
+        The name is made of the time to the microsecond, so two Events on one object in one
+        microsecond (one reconcile's, on a frozen test clock or a coarse one) would share it: each
+        is named at least a microsecond after the last one this client named for that object.
+        """
+        namespace = str(involved_object.get("namespace"))
         what = f"record event {reason} on {involved_object.get('kind')} {namespace}/{involved_object.get('name')}"
+        key = (namespace, str(involved_object.get("name")))
+        lock, named = self._event_names
+        with lock:
+            last = named.get(key)
+            at = now if last is None or now > last else last + timedelta(microseconds=1)
+            named[key] = at
+        body = manifests.event(involved_object, reason, message, type, at, instance=instance)
         self._retrying(
             lambda: self._request(
-                "POST",
-                f"/api/v1/namespaces/{path_segment(namespace)}/events",
+                "POST", f"/api/v1/namespaces/{path_segment(namespace)}/events", what=what, body=body, write=True
+            ),
+            what,
+        )
+        return str(body["metadata"]["name"])
+
+    def repeat_event(self, namespace: str, name: str, count: int, now: datetime) -> None:
+        """Record a repeat of the Event ``name``: raise its count to ``count`` and its lastTimestamp
+        to ``now`` (see ``manifests.event_repeat``). Raises NotFoundError when it has expired."""
+        body = manifests.event_repeat(count, now)
+        what = f"record a repeat of event {namespace}/{name}"
+        self._retrying(
+            lambda: self._request(
+                "PATCH",
+                f"/api/v1/namespaces/{path_segment(namespace)}/events/{path_segment(name)}",
                 what=what,
                 body=body,
+                content_type=MERGE_PATCH,
                 write=True,
             ),
             what,
+            # No resourceVersion: the patch sets the count, so applying it again after a conflict is safe.
+            retry_conflicts=True,
         )
 
     def get_scaler(self, name: str, namespace: str) -> dict[str, Any]:

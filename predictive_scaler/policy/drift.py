@@ -20,12 +20,17 @@ steps, smoothed): the far-above band is multiplied and the far-below band
 divided by 1 + ``NOISE_Z`` × that relative scatter. When observations do not
 vary inside a step at all — a source no finer than the model step — single
 observations are not judged, only step means. Drift starts on ``fastPeriods`` such consecutive
-observations in one direction, on ``fastPeriods`` consecutive completed steps
+observations in one direction spanning at least ``fastSeconds`` (time, not reconciles: at a 15 s
+interval three observations span only 30 s), on ``fastPeriods`` consecutive completed steps
 far off, or when the rolling window of completed steps has more than
 ``maxAboveFraction`` above the P95 (a good P95 is exceeded ~5 % of the time) or
 more than ``maxFarBelowFraction`` far below the P50. It ends only after the
 forecast has been good (no observation nor step far off) for
 ``recoverySeconds``; anything far off restarts that clock.
+
+While a predicted rise is held (``hold_until``: its onset plus ``signalLagSeconds``, see the planner),
+observations made before the signal can show the rise are not counted as far below: a lagging
+``rate()`` window reads the level before the onset, which says nothing about the forecast yet.
 """
 
 from __future__ import annotations
@@ -151,6 +156,35 @@ def _close_step(state: DriftState, settings: DriftSettings, slack: float) -> tup
     return replace(state, step=None, noise_var=noise_var, outcomes=outcomes), code
 
 
+def _run(state: DriftState, code: int, now: float, settings: DriftSettings,
+         widen: float) -> tuple[DriftState, tuple[str, str] | None]:
+    """Extend (or end) the run of far-off observations by ``code``; (state, drift) once it lasted.
+
+    Time, not reconciles: a run counts once it has ``fastPeriods`` observations spanning at least
+    ``fastSeconds``, whatever the control period.
+    """
+    run, run_since = state.run, state.run_since
+    if code == FAR_ABOVE:
+        run, run_since = (run + 1, run_since) if run > 0 else (1, now)
+    elif code == FAR_BELOW:
+        run, run_since = (run - 1, run_since) if run < 0 else (-1, now)
+    else:
+        run, run_since = 0, None
+    state = replace(state, run=run, run_since=run_since)
+    k = settings.fast_periods
+    if run_since is None or now - run_since < settings.fast_seconds:
+        return state, None
+    span = int(now - run_since)
+    if run >= k:
+        return state, (UNDER, f"the last {run} observations ({span} s) were more than "
+                              f"{settings.far_above_margin:.0%} above the forecast P95, beyond their usual "
+                              f"scatter (× {widen:.3g})")
+    if run <= -k:
+        return state, (OVER, f"the last {-run} observations ({span} s) were below {settings.far_below_ratio:.0%} "
+                             f"of the forecast P50, beyond their usual scatter (÷ {widen:.3g})")
+    return state, None
+
+
 def observe(
     state: DriftState,
     settings: DriftSettings,
@@ -159,12 +193,14 @@ def observe(
     step_seconds: int | None,
     slack: float,
     observed_at: float | None = None,
+    hold_until: float | None = None,
 ) -> tuple[DriftState, str | None]:
     """Fold one valid observation in; returns the new state and a sentence when drift starts/ends.
 
     ``observed_at`` is the time the observation is of (``now`` minus the metrics delay): it is judged
     against the forecast for the step it belongs to, not the step ``now`` has reached — else the
     first observations of every step are the previous step's, and a step-wise source looks noisy.
+    Until ``observed_at`` (else ``now``) reaches ``hold_until``, nothing counts as far below.
     """
     if state.last_evaluated_at is not None and now <= state.last_evaluated_at:
         return state, None  # already seen: deciding twice equals deciding once
@@ -173,8 +209,12 @@ def observe(
         return state, None
     base = replace(state, last_evaluated_at=now)
     step_code = None
+    held = hold_until is not None and (now if observed_at is None else min(now, observed_at)) < hold_until
     if base.step is not None and base.step.step_start != p.step_start:
         base, step_code = _close_step(base, settings, slack)
+        if held and step_code == FAR_BELOW:
+            step_code = OK
+            base = replace(base, outcomes=(*base.outcomes[:-1], OK))
     # The step is judged against the newest forecast for it (none of them saw the step's own data).
     acc = StepAccumulator(p.step_start, p.p50, p.pq) if base.step is None else replace(base.step, p50=p.p50, pq=p.pq)
     x = min(value, VALUE_CAP)  # sums of squares stay finite, so the state stays JSON-able
@@ -186,23 +226,10 @@ def observe(
     # k such observations are one piece of evidence, left to the step-mean checks.
     coarse = base.noise_var is not None and base.noise_var <= MIN_NOISE_VAR
     code = OK if coarse else classify_single(value, p, settings, slack, widen)
-    run = base.run
-    if code == FAR_ABOVE:
-        run = run + 1 if run > 0 else 1
-    elif code == FAR_BELOW:
-        run = run - 1 if run < 0 else -1
-    else:
-        run = 0
-    base = replace(base, run=run)
-    k = settings.fast_periods
-    hit: tuple[str, str] | None = None
-    if run >= k:
-        hit = UNDER, (f"the last {k} observations were more than {settings.far_above_margin:.0%} above the "
-                      f"forecast P95, beyond their usual scatter (× {widen:.3g})")
-    elif run <= -k:
-        hit = OVER, (f"the last {k} observations were below {settings.far_below_ratio:.0%} of the forecast "
-                     f"P50, beyond their usual scatter (÷ {widen:.3g})")
-    elif step_code is not None:
+    if held and code == FAR_BELOW:
+        code = OK
+    base, hit = _run(base, code, now, settings, widen)
+    if hit is None and step_code is not None:
         hit = trigger(base.outcomes, settings)
         if hit is not None:
             hit = hit[0], hit[1].replace("observations", "model-step means")
@@ -216,9 +243,9 @@ def observe(
                 f"P95 {p.pq:.4g})")
         # Fresh evidence from here on: recovery is judged only on what follows.
         return replace(base, drifting=True, direction=direction, since=now, good_since=None, outcomes=(), run=0,
-                       reason=note, note=note, note_at=now), note
+                       run_since=None, reason=note, note=note, note_at=now), note
     if hit is not None:
-        return replace(base, good_since=None, outcomes=(), run=0), None
+        return replace(base, good_since=None, outcomes=(), run=0, run_since=None), None
     if far:
         # Still far off: the forecast is not good yet, whatever the window says.
         return replace(base, good_since=None), None

@@ -7,6 +7,12 @@ reworded sentence changes no Event and no Condition; the messages are the reason
 sentences (:mod:`predictive_scaler.policy.reasons`). The ScalingLimited and
 BudgetLimited Events are posted exactly when their Conditions are True, with the
 Conditions' messages.
+
+:func:`actions` are the Events of what a reconcile did to the cluster (HPA's
+``SuccessfulRescale`` trail, and the placeholders): one per change, from what the
+cluster held before to what it holds after, with the kind of reason that moved it. Their
+messages carry counts and a kind, not the reasons' figures, so the same action repeated
+is the same Event (its count is raised, see ``controller/service.py``).
 """
 
 from __future__ import annotations
@@ -14,13 +20,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from predictive_scaler.policy.reasons import BUDGET_KINDS, DRIFT_KINDS, SCALING_KINDS, Limit, Reason
+from predictive_scaler.policy.reasons import (
+    BUDGET_KINDS,
+    DRIFT_KINDS,
+    SCALING_KINDS,
+    EventRaised,
+    Kind,
+    Limit,
+    Reason,
+)
 from predictive_scaler.spec import ScalerSpec
 
 if TYPE_CHECKING:  # the planner imports nothing from here; only the types are needed
     from predictive_scaler.policy.planner import ClusterState, Decision
 
-__all__ = ["Condition", "Event", "budget_reasons", "conditions", "events", "scaling_reasons"]
+__all__ = ["Condition", "Event", "Held", "actions", "budget_reasons", "conditions", "events", "rescale_kind",
+           "scaling_reasons", "strategy_reason"]
+
+#: The Event reasons of actions: the target rescaled (as the HPA names it), placeholder pods added or removed.
+RESCALED = "SuccessfulRescale"
+PLACEHOLDERS_CREATED = "PlaceholdersCreated"
+PLACEHOLDERS_REMOVED = "PlaceholdersRemoved"
+
+#: The reasons that say why a strategy is in force (the Predictive Condition and StrategyChanged show them).
+_STRATEGY_KINDS: dict[str, frozenset[Kind]] = {
+    "predictive": frozenset({Kind.PREDICTIVE_NEED}),
+    "reactive": frozenset({Kind.MODEL_FALLBACK, Kind.DRIFT_FALLBACK, Kind.MISSING_DATA_FALLBACK}),
+    "hold": frozenset({Kind.HOLDING}),
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +67,14 @@ class Condition:
     message: str
 
 
+@dataclass(frozen=True)
+class Held:
+    """What the cluster holds for a scaler: the target's replicas and the placeholder's pods."""
+
+    replicas: int
+    placeholder_pods: int
+
+
 def _join(reasons: tuple[Reason, ...]) -> str:
     return "; ".join(r.text() for r in reasons)
 
@@ -52,6 +87,52 @@ def scaling_reasons(d: Decision) -> tuple[Reason, ...]:
 def budget_reasons(d: Decision) -> tuple[Reason, ...]:
     """The budget's cuts and problems (an empty or invalid budget)."""
     return tuple(r for r in d.reasons if r.kind in BUDGET_KINDS)
+
+
+def strategy_reason(d: Decision) -> str:
+    """Why the decision's strategy is in force: its own reason's sentence (never another rule's)."""
+    kinds = _STRATEGY_KINDS.get(d.strategy, frozenset())
+    own = next((r for r in d.reasons if r.kind in kinds), None)
+    if own is not None:
+        return own.text()
+    return {"predictive": "predictive: forecasting", "reactive": "reactive: scaling like the HPA",
+            "hold": "holding on missing data"}.get(d.strategy, d.strategy)
+
+
+def rescale_kind(d: Decision) -> str:
+    """The kind of reason behind the decision's replicas: ``event`` when the scheduled events raised
+    them, else its strategy (``predictive``, ``reactive``, ``hold``)."""
+    raised = any(isinstance(r, EventRaised) and r.to > r.before and r.to == d.desired_replicas for r in d.reasons)
+    return "event" if raised else d.strategy
+
+
+def _placeholder_kind(d: Decision, mode: str, grew: bool) -> str:
+    if mode != "scale":
+        return mode  # a scaler switched to forecast-only or keda leaves no placeholder behind
+    if not grew and d.strategy == "predictive" and Limit.BUDGET in d.limits:
+        return "budget"
+    return d.strategy
+
+
+def actions(d: Decision, before: Held, after: Held, spec: ScalerSpec) -> tuple[Event, ...]:
+    """One Event per change the reconcile made: the target's replicas, the placeholder's pods.
+
+    ``before``: what the cluster held when observed; ``after``: what it holds now that the
+    reconcile wrote (nothing written, nothing changed: no Event, as in forecast-only)."""
+    out: list[Event] = []
+    target = f"{spec.target.kind}/{spec.target.name}"
+    if after.replicas != before.replicas:
+        out.append(Event("Normal", RESCALED,
+                         f"New size: {after.replicas}; reason: {rescale_kind(d)} ({target} scaled from "
+                         f"{before.replicas} to {after.replicas} replicas)"))
+    if after.placeholder_pods != before.placeholder_pods:
+        grew = after.placeholder_pods > before.placeholder_pods
+        gpus = after.placeholder_pods * spec.gpus_per_replica
+        out.append(Event("Normal", PLACEHOLDERS_CREATED if grew else PLACEHOLDERS_REMOVED,
+                         f"New placeholder size: {after.placeholder_pods} pods, {gpus} GPUs; reason: "
+                         f"{_placeholder_kind(d, spec.mode, grew)} (placeholder pods from "
+                         f"{before.placeholder_pods} to {after.placeholder_pods})"))
+    return tuple(out)
 
 
 def _budget_state(d: Decision) -> tuple[bool, str, str]:
@@ -73,7 +154,7 @@ def events(d: Decision, before_strategy: str, cluster: ClusterState, spec: Scale
     if d.strategy_changed:
         kind = "Normal" if d.strategy == "predictive" else "Warning"
         out.append(Event(kind, "StrategyChanged",
-                         f"{before_strategy} → {d.strategy}: {d.reasons[0].text() if d.reasons else ''}"))
+                         f"{before_strategy} → {d.strategy}: {strategy_reason(d)}"))
     scaling = scaling_reasons(d)
     if scaling:
         out.append(Event("Normal", "ScalingLimited", _join(scaling)))
@@ -96,7 +177,6 @@ def conditions(d: Decision, applied: bool, mode: str) -> tuple[Condition, ...]:
     def cond(kind: str, on: bool, reason: str, message: str) -> Condition:
         return Condition(kind, "True" if on else "False", reason, message)
 
-    first = d.reasons[0].text() if d.reasons else d.strategy
     scaling = scaling_reasons(d)
     budget_limited, budget_reason, budget_msg = _budget_state(d)
     drift = next((r.text() for r in d.reasons if r.kind in DRIFT_KINDS), "the forecast matches demand")
@@ -107,7 +187,7 @@ def conditions(d: Decision, applied: bool, mode: str) -> tuple[Condition, ...]:
                 if mode == "keda" else " (forecast-only: nothing changed)")),
         cond("Predictive", d.strategy == "predictive",
              {"predictive": "Forecasting", "reactive": "ReactiveFallback", "hold": "HoldingOnMissingData"}[d.strategy],
-             first),
+             strategy_reason(d)),
         cond("Drift", d.drift is not None,
              "UnderForecast" if d.drift == "under-forecast" else "OverForecast" if d.drift else "NoDrift", drift),
         cond("BudgetLimited", budget_limited, budget_reason, budget_msg),

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import numpy as np
+
 # DemandSample lives in the core (sources need it); re-exported here (__all__).
 from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy import budget as budget_policy
@@ -67,6 +69,8 @@ class ClusterState:
     starting_replicas: int = 0
     placeholder_gpus: int = 0
     free_gpus: int = 0
+    #: Of ``placeholder_gpus``, those whose pods are bound to an existing node (not pending).
+    placeholder_bound_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ class _Observed:
     observed_at: float | None
     view: ForecastView | None
     model_problem: str | None
+    #: GPUs this scaler's placeholders hold on existing nodes (bound pods; at most ``placeholders``).
+    bound: int = 0
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,8 @@ def plan(
         drift_state = drift_policy.refresh_pending(drift_state, seen.view, seen.t, seen.observed_at)
     cf = _counterfactual(spec, state, seen)
     recent = _recent_demand(spec, state, seen)
+    onset = _onset(spec, state.onset_at, seen)
+    hold_until = None if onset is None else onset + spec.drift.signal_lag_seconds
     draft = _Draft(spec, budget_policy.allowance(spec.prewarm.budget, cluster_share), cf.replicas)
     if seen.value is None:
         missing_since = state.missing_since if state.missing_since is not None else seen.t
@@ -245,13 +253,14 @@ def plan(
         missing_since = None
         drift_state, _ = drift_policy.observe(
             drift_state, spec.drift, seen.value, seen.t, seen.view.step_seconds if seen.view else None,
-            slack=0.1 * spec.capacity_per_replica, observed_at=seen.observed_at)
+            slack=0.1 * spec.capacity_per_replica, observed_at=seen.observed_at, hold_until=hold_until)
         _choose_strategy(draft, seen, cf, drift_state)
         if draft.strategy == "reactive" and spec.prewarm.fill_nodes:
             draft.desired = _fill(draft, draft.desired)
         if draft.strategy == "predictive":
-            _predictive(draft, seen, drift_state, recent)
-    return _decide(draft, seen, cf, state, drift_state, missing_since, recent)
+            held = hold_until is not None and _seen_at(seen) < hold_until
+            _predictive(draft, seen, drift_state, recent, held=held)
+    return _decide(draft, seen, cf, state, drift_state, missing_since, recent, onset)
 
 
 def _observe(spec: ScalerSpec, forecast: Forecast | None, demand: DemandSample | None, cluster: ClusterState,
@@ -268,7 +277,8 @@ def _observe(spec: ScalerSpec, forecast: Forecast | None, demand: DemandSample |
         model_problem = forecast_problem or view_problem
     return _Observed(t, _count(cluster.desired_replicas), _count(cluster.ready_replicas),
                      _count(cluster.placeholder_gpus), _count(cluster.free_gpus), value, demand_problem,
-                     observed_at, view, model_problem)
+                     observed_at, view, model_problem,
+                     min(_count(cluster.placeholder_bound_gpus), _count(cluster.placeholder_gpus)))
 
 
 def _counterfactual(spec: ScalerSpec, state: PlannerState, seen: _Observed) -> _Counterfactual:
@@ -315,16 +325,49 @@ def _nodes(spec: ScalerSpec, replicas: int) -> int:
     return -(-replicas // _replicas_per_node(spec))
 
 
+def _seen_at(seen: _Observed) -> float:
+    """The time the demand observed now is of (its source's stamp, else now)."""
+    return seen.observed_at if seen.observed_at is not None else seen.t
+
+
+def _onset(spec: ScalerSpec, stored: float | None, seen: _Observed) -> float | None:
+    """The onset of the predicted rise the plan places capacity for: the start of the first model step,
+    from the one the demand observed now is of to one node lead time ahead, whose P50 exceeds that
+    demand by at least one replica's capacity, after a step that does not. ``stored`` is the onset
+    remembered from before: while the rise goes on (the step observed is already above the level) it
+    stays the onset, so the steps of one rise — or of a rise that never came — do not hold it again
+    and again; a rise first seen once under way was placed for by nobody ahead and has none. None: no
+    rise ahead.
+    """
+    view, level = seen.view, seen.value
+    if view is None or level is None or view.p50 is None or len(view.p50) != len(view.pq):
+        return stored  # nothing to judge by: keep what was known
+    h0 = max(0, view.index_at(_seen_at(seen)))
+    horizon = seen.t + spec.lead_times.node_start_seconds
+    rise = level + spec.capacity_per_replica
+    for h in range(h0, len(view.p50)):
+        if h > h0 and view.step_start(h) > horizon:
+            break
+        if math.isfinite(float(view.p50[h])) and float(view.p50[h]) >= rise:
+            start = view.step_start(h)
+            return start if h > h0 else stored
+    return None
+
+
 def _anchor(view: ForecastView, value: float, at: float, recent: tuple[tuple[float, float], ...],
-            since: float) -> tuple[float, float] | None:
-    """(P50, demand) when the demand observed now lies below the forecast's P50 for the step it is of,
-    and every demand observed since ``since`` (the release window, which ``recent`` must span) did too."""
+            since: float, lag: float = 0.0) -> tuple[float, float] | None:
+    """(P50, demand) when the demand observed now lies below the forecast's P50 for the time it is of,
+    and every demand observed since ``since`` (the release window, which ``recent`` must span) did too.
+
+    A value stamped ``at`` is a mean over the ``lag`` before it (a ``rate()`` window): it is of every
+    step that window overlaps, so it is compared with the lowest of their P50s — a rising forecast is
+    not "above the level" merely because the window still reads the steps before the rise."""
     if view.p50 is None or len(view.p50) != len(view.pq) or not recent or recent[0][0] > since:
         return None
     h = max(0, view.index_at(at))
     if h >= len(view.p50):
         return None
-    median = float(view.p50[h])
+    median = float(np.min(view.p50[max(0, min(h, view.index_at(at - lag))):h + 1]))
     below = math.isfinite(median) and max(v for _, v in recent) < median
     return (median, value) if below else None
 
@@ -373,10 +416,13 @@ def _choose_strategy(draft: _Draft, seen: _Observed, cf: _Counterfactual, drift:
     draft.desired = cf.replicas
 
 
-def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple[tuple[float, float], ...]) -> None:
+def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple[tuple[float, float], ...],
+                *, held: bool = False) -> None:
     """Steps 4–6 of the predictive strategy: the forecast's want within the budget, fill, placeholders.
 
-    ``recent`` is the demand observed within the release window (now included).
+    ``recent`` is the demand observed within the release window (now included). ``held``: a predicted
+    rise's onset is not yet fully in the observed signal (:func:`_onset`), so the level observed is no
+    ground for lowering the forecast — the signal lags the rise by its ``rate()`` window.
     """
     spec, t, cf, hi = draft.spec, seen.t, draft.cf, draft.spec.max_replicas
     view, value = seen.view, seen.value
@@ -399,8 +445,8 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
     size_pod, size_node = q_pod * peak, q_node * peak
     window = spec.reactive.scale_down_stabilization_seconds
     recent_peak = max(v for _, v in recent)
-    anchor = _anchor(view, value, seen.observed_at if seen.observed_at is not None else t, recent,
-                     t - window + spec.control_period_seconds)
+    anchor = None if held else _anchor(view, value, _seen_at(seen), recent, t - window + spec.control_period_seconds,
+                                       spec.drift.signal_lag_seconds)
     if anchor is not None:
         # The model has run above the level observed for a whole release window (it lags a fall): its forecast is lowered by
         # that gap, so it buys no node for demand the present level does not support. (Never below
@@ -434,7 +480,7 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
     if spec.prewarm.fill_nodes:
         draft.desired = _fill(draft, draft.desired)
     if spec.prewarm.enabled:
-        _placeholders(draft, size_node, seen.current, seen.free, lead_node, node_covered, peak)
+        _placeholders(draft, size_node, seen.current, seen.free, lead_node, node_covered, peak, seen.bound)
 
 
 def _confident_release(draft: _Draft, seen: _Observed, want: int, *, q_pod: float, lead_pod: float, peak: float,
@@ -485,8 +531,9 @@ def _fill(draft: _Draft, desired: int) -> int:
 
 
 def _placeholders(draft: _Draft, q_node: float, current: int, free: int, lead_node: int, covered: bool,
-                  peak: float) -> None:
-    """Step 6: placeholder GPUs for the demand one node lead time ahead.
+                  peak: float, bound: int = 0) -> None:
+    """Step 6: placeholder GPUs for the demand one node lead time ahead (``bound``: GPUs this scaler's
+    placeholders already hold on existing nodes).
 
     Placeholders hold GPUs for every replica the node lead time needs beyond ``desired`` — on free
     GPUs of existing nodes first (the simulator and the scheduler put them there), the rest on new
@@ -501,9 +548,12 @@ def _placeholders(draft: _Draft, q_node: float, current: int, free: int, lead_no
         return
     new_replica_gpus = max(0, desired - current) * gpr
     free_after = max(0, free - new_replica_gpus)
-    fit_free = min(extra, free_after // gpr)
+    # New replicas the free GPUs cannot take preempt the bound placeholders (they yield to any pod).
+    bound_after = max(0, bound - max(0, new_replica_gpus - free))
+    on_bound = min(extra, bound_after // gpr)
+    fit_free = min(extra - on_bound, free_after // gpr)
     draft.reasons.append(why.Prewarm(spec.quantile, peak, lead_node, q_node, unit, covered, need, desired, extra,
-                                     fit_free))
+                                     fit_free, on_bound))
     allowed = budget_policy.most_within(0, extra, lambda k: draft.fits(desired, k * gpr))
     gpus = draft.placeholders = allowed * gpr
     if gpus:
@@ -516,7 +566,8 @@ def _placeholders(draft: _Draft, q_node: float, current: int, free: int, lead_no
 
 
 def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerState, drift: DriftState,
-            missing_since: float | None, recent: tuple[tuple[float, float], ...]) -> tuple[Decision, PlannerState]:
+            missing_since: float | None, recent: tuple[tuple[float, float], ...],
+            onset: float | None = None) -> tuple[Decision, PlannerState]:
     """Step 7: the scheduled events raise the plan; the budget's problem is reported; decision and state."""
     spec, allow, t = draft.spec, draft.allow, seen.t
     spec_gpus = draft.speculative(draft.desired, draft.placeholders)
@@ -539,6 +590,7 @@ def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerS
         drift=drift,
         last_decided_at=t,
         recent_demand=recent,
+        onset_at=onset,
     )
     decision = Decision(
         desired_replicas=scheduled.desired,

@@ -421,7 +421,10 @@ class FillNodes(Reason):
 
 @dataclass(frozen=True)
 class Prewarm(Reason):
-    """What the demand one node lead time ahead needs beyond the replicas (``extra`` 0: nothing)."""
+    """What the demand one node lead time ahead needs beyond the replicas (``extra`` 0: nothing), and
+    where those ``extra`` replicas go: ``on_bound_placeholders`` are already held by this scaler's
+    placeholder pods bound on existing nodes, ``on_free_gpus`` fit on free GPUs of existing nodes,
+    the rest need new nodes."""
 
     kind = Kind.PREWARM
     quantile: float
@@ -434,6 +437,7 @@ class Prewarm(Reason):
     replicas: int
     extra: int
     on_free_gpus: int
+    on_bound_placeholders: int = 0
 
     def text(self) -> str:
         p = f"P{self.quantile * 100:g}"
@@ -443,9 +447,11 @@ class Prewarm(Reason):
         if self.extra == 0:
             return (f"{head}, needing {self.needed} replicas; the {self.replicas} existing or starting "
                     "replicas cover it, no placeholders")
+        bound = (f"{self.on_bound_placeholders} already held by placeholders bound on existing nodes, "
+                 if self.on_bound_placeholders else "")
         return (f"{head}, needing {self.needed} replicas, {self.extra} more than the {self.replicas} existing "
-                f"or starting; {self.on_free_gpus} fit on free GPUs of existing nodes, "
-                f"{self.extra - self.on_free_gpus} need new nodes")
+                f"or starting; {bound}{self.on_free_gpus} fit on free GPUs of existing nodes, "
+                f"{self.extra - self.on_bound_placeholders - self.on_free_gpus} need new nodes")
 
 
 @dataclass(frozen=True)

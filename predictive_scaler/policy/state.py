@@ -66,6 +66,8 @@ class DriftState:
     noise_var: float | None = None
     #: Consecutive observations far off beyond that spread: > 0 above, < 0 below.
     run: int = 0
+    #: When that run's first observation was made (drift from a run is judged over time).
+    run_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class PlannerState:
     #: (time, demand) observed within the release window (``reactive.scaleDownStabilizationSeconds``):
     #: a release does not drop the one node this recent demand needed (node-boundary hysteresis).
     recent_demand: tuple[tuple[float, float], ...] = ()
+    #: Start of the model step where the predicted rise being planned for begins (its onset), until the
+    #: forecast shows no rise ahead: a held rise is not held again by the steps of the same rise.
+    onset_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self.drift
@@ -104,6 +109,7 @@ class PlannerState:
             "counterfactualPrior": self.counterfactual_prior,
             "lastDecidedAt": self.last_decided_at,
             "recentDemand": [[t, v] for t, v in self.recent_demand],
+            "onsetAt": self.onset_at,
             "drift": {
                 "pending": [[p.step_start, p.p50, p.pq] for p in d.pending],
                 "outcomes": list(d.outcomes),
@@ -119,6 +125,7 @@ class PlannerState:
                                                      d.step.total, d.step.total_sq],
                 "noiseVar": d.noise_var,
                 "run": d.run,
+                "runSince": d.run_since,
             },
         }
 
@@ -149,6 +156,7 @@ class PlannerState:
                 counterfactual_prior=_opt_count(data.get("counterfactualPrior")),
                 last_decided_at=_opt_time(data.get("lastDecidedAt")),
                 recent_demand=tuple((_time(t), _demand(v)) for t, v in data.get("recentDemand", ())),
+                onset_at=_opt_time(data.get("onsetAt")),
                 drift=DriftState(
                     pending=tuple(
                         PendingForecast(_time(s), None if p50 is None else float(p50), float(pq))
@@ -166,6 +174,7 @@ class PlannerState:
                     step=_step(d.get("step")),
                     noise_var=None if d.get("noiseVar") is None else _finite(d.get("noiseVar")),
                     run=int(d.get("run", 0)),
+                    run_since=_opt_time(d.get("runSince")),
                 ),
             )
         except ConfigError:

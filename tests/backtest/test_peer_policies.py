@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from predictive_scaler.backtest import peer_policies
+from predictive_scaler.backtest.scenario import MeasurementChain
 from predictive_scaler.backtest.simulator import ClusterConfig, Demand, SimulatedCluster
+from predictive_scaler.series import Series
 from predictive_scaler.spec import ReactiveBehavior
 
 # Cold start 50 + 300 + 10 + 60 = 420 s = 7 ticks of 60 s.
@@ -36,9 +39,19 @@ def test_physical_bound(values: list[float], capacity: float, gpus: list[int]) -
     assert list(peer_policies.bound_gpus(Demand(np.array(values), 60, capacity), CFG)) == gpus
 
 
-def test_observed_is_the_delayed_demand() -> None:
-    got = peer_policies.observed(Demand(np.arange(5.0), 60, 1.0), 90)  # 90 s → two ticks old
-    assert np.isnan(got[:2]).all() and list(got[2:]) == [0.0, 1.0, 2.0]
+def test_observed_exact_is_the_delayed_trace_step() -> None:
+    trace = Series(np.arange(5.0), pd.Timestamp("2024-01-01T00:00:00Z"), 60)
+    t0 = trace.start.timestamp()
+    got = peer_policies.observed(trace, t0 + np.arange(5) * 60.0, MeasurementChain(exact=True), 90)
+    assert np.isnan(got[:2]).all() and list(got[2:]) == [0.0, 1.0, 2.0]  # 90 s → the step 1.5 steps back
+
+
+def test_observed_is_the_rate_window_of_the_last_scrape() -> None:
+    trace = Series(np.arange(10.0), pd.Timestamp("2024-01-01T00:00:00Z"), 60)
+    t0 = trace.start.timestamp()
+    # At 6 min with 60 s delay: scrape at 5 min, rate over [3 min, 5 min] = mean of steps 3 and 4.
+    got = peer_policies.observed(trace, np.array([t0 + 360.0, t0 + 375.0]), MeasurementChain(), 60)
+    assert list(got) == [3.5, 3.5]  # 15 s later: the same scrape, the same value
 
 
 def test_static_is_the_training_peak() -> None:

@@ -195,6 +195,7 @@ def test_example_scaler_targets_the_example_gpu_deployment_in_forecast_only_mode
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 1
     assert "readinessProbe" in container
+    assert "replicas" not in deployment["spec"], "re-applying the example would reset what the scaler set"
     assert not find(objs, "HorizontalPodAutoscaler"), "an HPA on the target would make the scaler refuse"
     installed = {pc["metadata"]["name"] for pc in find(BASE, "PriorityClass")}
     assert scaler["spec"]["prewarm"]["priorityClassName"] in installed

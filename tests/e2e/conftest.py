@@ -151,12 +151,14 @@ class ControllerProcess:
         return int(self.popen.returncode)
 
 
-def start_controller(kubeconfig: Path, prometheus_url: str, store: ModelStore, log: Path) -> ControllerProcess:
+def start_controller(kubeconfig: Path, prometheus_url: str, store: ModelStore, log: Path,
+                     interval: int = INTERVAL_SECONDS, namespace: str | None = None) -> ControllerProcess:
     port = free_port()
     exe = Path(sys.executable).with_name("predictive-scaler")
     assert exe.exists(), f"{exe} is missing: install the package (make install)"
     argv = [str(exe), "controller", f"--kubeconfig={kubeconfig}", f"--prometheus-url={prometheus_url}",
-            f"--model-store={store.root}", f"--interval={INTERVAL_SECONDS}", f"--metrics-port={port}"]
+            f"--model-store={store.root}", f"--interval={interval}", f"--metrics-port={port}",
+            f"--health-port={free_port()}", *([f"--namespace={namespace}"] if namespace else [])]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREDICTIVE_SCALER_")}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     with open(log, "ab") as out:
@@ -164,7 +166,9 @@ def start_controller(kubeconfig: Path, prometheus_url: str, store: ModelStore, l
     return ControllerProcess(popen, log, port, argv, env)
 
 
-@pytest.fixture(scope="session")
+# Per module: a cluster-wide controller left running would also reconcile the scalers of later
+# modules, which run their own controllers (tests/e2e/test_scheduler.py).
+@pytest.fixture(scope="module")
 def controller(kube_api: KubeApiServer, controller_kubeconfig: Path, recent_demand: RecentDemand,
                model_store: ModelStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
     log = tmp_path_factory.mktemp("controller") / "controller.log"

@@ -58,7 +58,7 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     cluster.delete_placeholder("llm", NS)
     assert cluster.priority_class_value(manifests.PLACEHOLDER_PRIORITY_CLASS) == -10
     cluster.list_conflicting_autoscalers(DEPLOYMENT)
-    cluster.create_event(
+    posted = cluster.create_event(
         {
             "apiVersion": manifests.API_VERSION,
             "kind": manifests.KIND,
@@ -70,6 +70,7 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
         "Normal",
         NOW,
     )
+    cluster.repeat_event(NS, posted, 2, NOW)
     cluster.get_scaler("llm", NS)
     cluster.list_scalers(NS)
     cluster.list_scalers()

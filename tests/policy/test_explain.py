@@ -168,3 +168,92 @@ def test_every_kind_has_one_reason_class_and_is_documented() -> None:
     assert {str(k) for k in Kind} <= documented, {str(k) for k in Kind} - documented
     for limit in Limit:
         assert f"`{limit}`" in doc, limit
+
+
+# -- status that says what happened: each Condition its own reason, placement by where pods are -----
+def _decision(strategy: str, *reasons: Reason, **fields: Any) -> Decision:
+    return Decision(desired_replicas=fields.pop("desired", 5), placeholder_gpus=0, strategy=strategy,
+                    speculative_gpus=0, speculative_cost_per_hour=None, limits=fields.pop("limits", ()),
+                    reasons=reasons, **fields)
+
+
+HPA = why.HpaRule("need", 42.0, "req/s", 10.0, 5)
+NEED = why.PredictiveNeed(0.95, 70, 46.2, "req/s", 1.0, STEP, 46.2, 10.0, 5)
+MODEL = why.ModelFallback("no model published")
+DRIFT = why.DriftFallback("forecast drift (over-forecast)", 900, None)
+HOLD = why.Holding(5, 1, "no series", 3)
+
+
+@pytest.mark.parametrize(("decision", "status", "reason", "words"), [
+    # The HPA rule comes first in a predictive decision: the Condition shows the forecast's own reason.
+    (_decision("predictive", HPA, NEED), "True", "Forecasting",
+     "predictive: P95 demand over the next 70 s is 46.2 req/s; at 10 req/s per replica that needs 5 replicas"),
+    (_decision("reactive", MODEL, HPA), "False", "ReactiveFallback",
+     "reactive: no model published; scaling like the HPA until a valid model is served"),
+    (_decision("reactive", HPA, DRIFT), "False", "ReactiveFallback",
+     "reactive: forecast drift (over-forecast); back to predictive after the forecast has been good for 900 s"),
+    (_decision("hold", HOLD), "False", "HoldingOnMissingData", "holding 5 replicas: no valid demand for 1"),
+    (_decision("predictive", HPA), "True", "Forecasting", "predictive: forecasting"),
+], ids=["predictive", "model", "drift", "hold", "no-need-reason"])
+def test_the_predictive_condition_shows_its_own_reason(decision: Decision, status: str, reason: str,
+                                                        words: str) -> None:
+    cond = next(c for c in explain.conditions(decision, True, "scale") if c.type == "Predictive")
+    assert (cond.status, cond.reason) == (status, reason)
+    assert cond.message.startswith(words), cond.message
+    assert "HPA rule" not in cond.message
+
+
+@pytest.mark.parametrize(("prewarm", "sentence"), [
+    (why.Prewarm(0.95, 1.0, 420, 90.0, "req/s", True, 9, 5, 4, 0, 4),
+     "4 more than the 5 existing or starting; 4 already held by placeholders bound on existing nodes, "
+     "0 fit on free GPUs of existing nodes, 0 need new nodes"),
+    (why.Prewarm(0.95, 1.0, 420, 90.0, "req/s", True, 9, 5, 4, 1, 2),
+     "2 already held by placeholders bound on existing nodes, 1 fit on free GPUs of existing nodes, "
+     "1 need new nodes"),
+    (why.Prewarm(0.95, 1.0, 420, 90.0, "req/s", True, 9, 5, 4, 0),
+     "4 more than the 5 existing or starting; 0 fit on free GPUs of existing nodes, 4 need new nodes"),
+], ids=["all-bound", "mixed", "none-bound"])
+def test_prewarm_placement_counts_what_is_bound_where(prewarm: why.Prewarm, sentence: str) -> None:
+    assert sentence in prewarm.text()
+
+
+@pytest.mark.parametrize(("bound", "free", "placed"), [
+    (0, 0, (0, 0, 2)),  # no placeholder bound (pending, or none): both extra replicas need new nodes
+    (2, 0, (2, 0, 0)),  # two placeholder pods bound on an existing node hold both extra replicas
+    (1, 1, (1, 1, 0)),  # one bound, one on free GPUs
+], ids=["pending", "bound", "mixed"])
+def test_the_planner_places_the_extra_on_bound_placeholders_first(bound: int, free: int,
+                                                                   placed: tuple[int, int, int]) -> None:
+    spec = _spec(mode="scale")
+    cluster = ClusterState(10, 10, placeholder_gpus=2, free_gpus=free, placeholder_bound_gpus=bound)
+    rising = np.array([[100.0] + [112.0] * 5, [100.0] + [112.0] * 5])
+    f = Forecast(_forecast(100.0).issued_at, STEP, (0.5, 0.95), rising, "test")
+    d, _ = plan(spec, f, DemandSample(100.0, NOW), cluster, PlannerState(), NOW)
+    pre = next(r for r in d.reasons if isinstance(r, why.Prewarm))
+    on_bound, on_free, new = placed
+    assert (pre.extra, pre.on_bound_placeholders, pre.on_free_gpus) == (2, on_bound, on_free)
+    assert f"{on_free} fit on free GPUs of existing nodes, {new} need new nodes" in pre.text()
+
+
+@pytest.mark.parametrize(("decision", "before", "after", "expected"), [
+    (_decision("predictive", HPA, NEED), explain.Held(4, 0), explain.Held(5, 0),
+     [("SuccessfulRescale", "New size: 5; reason: predictive (Deployment/llm scaled from 4 to 5 replicas)")]),
+    (_decision("reactive", DRIFT, HPA, desired=3), explain.Held(4, 2), explain.Held(3, 0),
+     [("SuccessfulRescale", "New size: 3; reason: reactive (Deployment/llm scaled from 4 to 3 replicas)"),
+      ("PlaceholdersRemoved",
+       "New placeholder size: 0 pods, 0 GPUs; reason: reactive (placeholder pods from 2 to 0)")]),
+    (_decision("hold", HOLD), explain.Held(5, 0), explain.Held(5, 0), []),
+    (_decision("predictive", why.EventRaised(5, 8, ("launch",)), desired=8), explain.Held(5, 0), explain.Held(8, 0),
+     [("SuccessfulRescale", "New size: 8; reason: event (Deployment/llm scaled from 5 to 8 replicas)")]),
+    (_decision("predictive", NEED, limits=(Limit.BUDGET,)), explain.Held(5, 3), explain.Held(5, 1),
+     [("PlaceholdersRemoved",
+       "New placeholder size: 1 pods, 1 GPUs; reason: budget (placeholder pods from 3 to 1)")]),
+    (_decision("predictive", NEED), explain.Held(5, 0), explain.Held(5, 2),
+     [("PlaceholdersCreated",
+       "New placeholder size: 2 pods, 2 GPUs; reason: predictive (placeholder pods from 0 to 2)")]),
+], ids=["scale-up", "fallback-removes", "nothing-changed", "scheduled-event", "budget-cut", "prewarm"])
+def test_actions_are_one_event_each_with_from_to_and_kind(decision: Decision, before: explain.Held,
+                                                          after: explain.Held, expected: list[tuple[str, str]]) -> None:
+    events = explain.actions(decision, before, after, _spec(mode="scale"))
+    assert [(e.reason, e.message) for e in events] == expected
+    assert all(e.type == "Normal" for e in events)

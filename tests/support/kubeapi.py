@@ -1,8 +1,8 @@
-"""A real Kubernetes control plane for tests: etcd + kube-apiserver + kube-controller-manager.
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
 
-The API server and controller-manager are Kubernetes 1.20.2 built from Debian
-bookworm's source package by ``scripts/build-kube-apiserver.sh`` (cached
-outside the clone); etcd is Debian's ``etcd-server``. Everything listens on
+The API server, controller-manager and scheduler are Kubernetes 1.20.2 built
+from Debian bookworm's source package by ``scripts/build-kube-apiserver.sh``
+(cached outside the clone); etcd is Debian's ``etcd-server``. Everything listens on
 free loopback ports and lives in a temporary directory.
 
 The server runs the way a production cluster does where it matters here:
@@ -12,8 +12,12 @@ signed with a key pair, and the admission plugins a production cluster enables
 OpenShift). ``--endpoint-reconciler-type=none``: there is no real network to
 advertise. The controller-manager runs the controllers the project relies on:
 deployment, replicaset, garbagecollector, namespace, and the service-account
-ones that admission needs before any pod can be created. No kubelet, no
-scheduler: pods stay Pending unless a test writes their status.
+ones that admission needs before any pod can be created. The scheduler runs
+as ``system:kube-scheduler`` (its bootstrap RBAC) and binds pods to the nodes
+tests add with :meth:`KubeApiServer.add_gpu_node`: Node objects made Ready by
+hand, as there is no kubelet and no node controller. Bound pods stay Pending
+(nothing runs them) unless a test writes their status; a bound pod deleted with
+a grace period stays Terminating, as no kubelet confirms it.
 
 :func:`apply_deploy` applies what of ``deploy/`` 1.20 serves (rendered with
 ``kubectl kustomize``); the retraining CronJob (batch/v1 with ``timeZone``,
@@ -46,6 +50,11 @@ from tests.support.prometheus import free_port
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-kube-apiserver.sh"
 ADMIN_TOKEN = "e2e-admin-token"
+SCHEDULER_TOKEN = "e2e-scheduler-token"
+GPU = "nvidia.com/gpu"
+#: The taints the API server's admission (TaintNodesByCondition) puts on a new node; the node
+#: controller removes them once the kubelet reports Ready, and neither runs here.
+NODE_STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 #: The admission plugins of a production cluster that matter to this controller (1.20 names).
 ADMISSION_PLUGINS = (
     "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "DefaultTolerationSeconds", "Priority",
@@ -69,13 +78,21 @@ def kube_bin_dir() -> Path:
     return Path(done.stdout.strip())
 
 
-def require_binaries() -> tuple[Path, Path, Path]:
-    """(etcd, kube-apiserver, kube-controller-manager); fails with what to run when one is missing."""
+@dataclass(frozen=True)
+class Binaries:
+    etcd: Path
+    apiserver: Path
+    controller_manager: Path
+    scheduler: Path
+
+
+def require_binaries() -> Binaries:
+    """etcd and the Kubernetes binaries; fails with what to run when one is missing."""
     bin_dir = kube_bin_dir()
-    apiserver, kcm = bin_dir / "kube-apiserver", bin_dir / "kube-controller-manager"
-    if not (apiserver.is_file() and kcm.is_file()):
+    apiserver, kcm, scheduler = (bin_dir / n for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"))
+    if not (apiserver.is_file() and kcm.is_file() and scheduler.is_file()):
         pytest.fail(
-            f"kube-apiserver/kube-controller-manager are not built (looked in {bin_dir}); the end-to-end "
+            f"kube-apiserver/kube-controller-manager/kube-scheduler are not built (looked in {bin_dir}); the end-to-end "
             "tests need a real API server: run `bash scripts/build-kube-apiserver.sh` (about 6–10 min "
             "once; needs golang-go, dpkg-dev and a bookworm deb-src line — see docs/kubernetes-versions.md) "
             "or `make kube-apiserver`",
@@ -84,7 +101,7 @@ def require_binaries() -> tuple[Path, Path, Path]:
     if etcd is None:
         pytest.fail("`etcd` is not installed; the end-to-end tests need it: apt-get install etcd-server",
                     pytrace=False)
-    return Path(etcd), apiserver, kcm
+    return Binaries(Path(etcd), apiserver, kcm, scheduler)
 
 
 def _openssl(*args: str) -> None:
@@ -227,6 +244,56 @@ class KubeApiServer:
                         events.append(event)
         return events
 
+    # -- nodes -----------------------------------------------------------------------------------
+    def add_gpu_node(self, name: str, gpus: int = 8, *, labels: dict[str, str] | None = None,
+                     taints: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+        """A Node with ``gpus`` of nvidia.com/gpu (and room for them: CPU, memory, pods), made Ready.
+
+        What a kubelet and the node controller would do is done here: the status (capacity,
+        allocatable, a Ready condition) is written, and the start-up taints admission added are
+        removed, so the scheduler binds pods to it. Nothing renews the heartbeat, and nothing
+        needs to: no node controller runs to mark the node NotReady again.
+        """
+        resources = {"cpu": "96", "memory": "1024Gi", "pods": "110", "ephemeral-storage": "1000Gi", GPU: str(gpus)}
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                                      "kubernetes.io/arch": "amd64", **(labels or {})}},
+                "spec": {"taints": [dict(t) for t in taints]}}
+        answer = self.request("POST", "/api/v1/nodes", body=body)
+        assert answer.status_code == 201, f"creating node {name}: {answer.status_code} {answer.text}"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake node, made Ready by the tests",
+                 "lastHeartbeatTime": now, "lastTransitionTime": now}
+        status = {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready],
+                             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                           {"type": "Hostname", "address": name}],
+                             "nodeInfo": {"kubeletVersion": "v1.20.2", "kubeProxyVersion": "v1.20.2",
+                                          "operatingSystem": "linux", "architecture": "amd64",
+                                          "containerRuntimeVersion": "fake://0", "kernelVersion": "",
+                                          "osImage": "", "machineID": "", "systemUUID": "", "bootID": ""}}}
+        answer = self.request("PATCH", f"/api/v1/nodes/{name}/status", body=status,
+                              content_type="application/merge-patch+json")
+        assert answer.status_code == 200, f"node {name} status: {answer.status_code} {answer.text}"
+
+        def untainted() -> dict[str, Any] | None:
+            node = self.get(f"/api/v1/nodes/{name}")
+            assert node is not None
+            kept = [t for t in node["spec"].get("taints") or [] if t["key"] not in NODE_STARTUP_TAINTS]
+            if kept == (node["spec"].get("taints") or []):
+                return node
+            # Against the version read, so a taint added meanwhile is not lost (409 -> read again).
+            patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept}}
+            self.request("PATCH", f"/api/v1/nodes/{name}", body=patch, content_type="application/merge-patch+json")
+            return None
+
+        return dict(self.wait_for(f"node {name} without its start-up taints", untainted, timeout=30))
+
+    def pods(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        answer = self.get(f"/api/v1/namespaces/{namespace}/pods",
+                          params={"labelSelector": selector} if selector else None)
+        assert answer is not None
+        return list(answer["items"])
+
     def check_alive(self) -> None:
         for p in self.processes:
             if not p.alive():
@@ -262,7 +329,7 @@ def _wait(what: str, proc: Process, check: Any, timeout: float = READY_TIMEOUT_S
 @contextlib.contextmanager
 def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
     """Start etcd, kube-apiserver and kube-controller-manager under ``root``; stop them on exit."""
-    etcd, apiserver, kcm = require_binaries()
+    binaries = require_binaries()
     t0 = time.perf_counter()
     root.mkdir(parents=True, exist_ok=True)
     pki = make_pki(root / "pki")
@@ -271,13 +338,15 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
     audit_policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
                             "rules:\n  - level: Metadata\n")
     tokens = root / "tokens.csv"
-    tokens.write_text(f'{ADMIN_TOKEN},e2e-admin,e2e-admin-uid,"system:masters"\n')
+    # The scheduler authenticates as the user its bootstrap ClusterRoleBindings name.
+    tokens.write_text(f'{ADMIN_TOKEN},e2e-admin,e2e-admin-uid,"system:masters"\n'
+                      f'{SCHEDULER_TOKEN},system:kube-scheduler,e2e-scheduler-uid\n')
     processes: list[Process] = []
     try:
         client_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{client_port}"
         processes.append(_start("etcd", [
-            str(etcd), "--name=e2e", f"--data-dir={root / 'etcd'}",
+            str(binaries.etcd), "--name=e2e", f"--data-dir={root / 'etcd'}",
             f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
             f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
@@ -290,7 +359,7 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
         port = free_port()
         url = f"https://127.0.0.1:{port}"
         processes.append(_start("kube-apiserver", [
-            str(apiserver), f"--etcd-servers={etcd_url}",
+            str(binaries.apiserver), f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
             "--insecure-port=0", f"--tls-cert-file={pki['cert']}", f"--tls-private-key-file={pki['key']}",
             f"--token-auth-file={tokens}", "--anonymous-auth=false",
@@ -316,7 +385,7 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
 
         _wait("kube-apiserver", processes[-1], healthy)
         processes.append(_start("kube-controller-manager", [
-            str(kcm), f"--kubeconfig={admin}", f"--controllers={','.join(CONTROLLERS)}",
+            str(binaries.controller_manager), f"--kubeconfig={admin}", f"--controllers={','.join(CONTROLLERS)}",
             "--leader-elect=false", "--port=0", "--secure-port=0",
             f"--service-account-private-key-file={pki['sa_key']}", f"--root-ca-file={ca}",
             "--use-service-account-credentials=false", "--kube-api-qps=100", "--kube-api-burst=200",
@@ -332,6 +401,22 @@ def running_control_plane(root: Path) -> Iterator[KubeApiServer]:
 
         _wait("kube-controller-manager (the default ServiceAccount and its token)", processes[-1],
               default_account)
+        scheduler_kubeconfig = root / "kubeconfig-scheduler"
+        scheduler_kubeconfig.write_text(kubeconfig_text(url, ca, SCHEDULER_TOKEN, "system:kube-scheduler"))
+        # No serving ports (nothing probes it); --secure-port=0 also spares it the delegated
+        # authentication it would otherwise read from kube-system.
+        processes.append(_start("kube-scheduler", [
+            str(binaries.scheduler), f"--kubeconfig={scheduler_kubeconfig}", "--leader-elect=false",
+            "--port=0", "--secure-port=0", "--kube-api-qps=100", "--kube-api-burst=200", "--v=1",
+        ], root))
+        log = processes[-1].log
+
+        def scheduler_started() -> bool:
+            # It lists nodes and pods before it schedules; its informers' first LISTs are in the audit log.
+            return any(e.get("user", {}).get("username") == "system:kube-scheduler" and e["verb"] == "list"
+                       and e.get("objectRef", {}).get("resource") == "pods" for e in server.audit())
+
+        _wait(f"kube-scheduler (see {log})", processes[-1], scheduler_started)
         server.startup_seconds = time.perf_counter() - t0
         yield server
     finally:
