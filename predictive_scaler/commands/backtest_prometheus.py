@@ -51,7 +51,7 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     )
     from predictive_scaler.retrain.history import demand_query, history_for_scaler
     from predictive_scaler.series import parse_duration
-    from predictive_scaler.sources.prometheus import PrometheusSource
+    from predictive_scaler.sources.prometheus import PrometheusSource, redact_url
 
     assert target.spec is not None
     if not args.days > 0:
@@ -65,7 +65,7 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     except DataError as exc:
         raise ConfigError(f"--min-history: {exc}", field="min_history") from exc
     query = demand_query(target.spec, target.namespace)
-    where = f"{target.key}'s demand ({query}) from {args.prometheus}, {args.days:g} days to {end.isoformat()}"
+    where = f"{target.key}'s demand ({query}) from {redact_url(args.prometheus)}, {args.days:g} days to {end.isoformat()}"
     source = PrometheusSource(args.prometheus, timeout=args.timeout)
     max_missing = DEFAULT_MAX_MISSING if args.max_missing is None else args.max_missing
     try:
@@ -78,7 +78,7 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
         raise SourceError(f"{where}: {exc}") from exc
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from exc
-    return replace(series, source=f"{args.prometheus} {query}")
+    return replace(series, source=f"{redact_url(args.prometheus)} {query}")
 
 
 def history_csv(series: Series) -> str:

@@ -172,7 +172,7 @@ def run_controller(settings: ControllerSettings) -> int:
         components.insert(1, keda)
     log.info("controller starting", extra={
         "namespace": settings.namespace or "*", "dry_run": settings.dry_run, "interval_s": settings.interval_seconds,
-        "prometheus": settings.prometheus_url, "model_store": str(settings.model_store),
+        "prometheus": source.shown, "model_store": str(settings.model_store),
         "cluster_budget_gpus": settings.cluster_budget.max_gpus,
         "cluster_budget_cost_per_hour": settings.cluster_budget.max_cost_per_hour,
         "liveness_timeout_s": settings.liveness_timeout_seconds,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from predictive_scaler.errors import ConfigError
+from predictive_scaler.sources.prometheus import redact_url
 
 ENV_PREFIX = "PREDICTIVE_SCALER_"
 #: Environment variables read by :meth:`ControllerSettings.from_env` (configmap names).
@@ -110,7 +111,8 @@ class ControllerSettings:
                               f"≥ 1 and the index in 0..count-1; set {ENV_SHARD_COUNT} to the StatefulSet's replicas",
                               field="shardCount")
         if not isinstance(self.prometheus_url, str) or not self.prometheus_url.startswith(("http://", "https://")):
-            raise ConfigError(f"Prometheus URL {self.prometheus_url!r} must start with http:// or https://, e.g. "
+            raise ConfigError(f"Prometheus URL {redact_url(str(self.prometheus_url))!r} must start with http:// or "
+                              "https://, e.g. "
                               "http://prometheus-operated.monitoring.svc:9090; pass --prometheus-url",
                               field="prometheusUrl")
         object.__setattr__(self, "model_store", Path(self.model_store))

@@ -10,8 +10,7 @@ whose value is NaN with the reason it is missing, or raises
 Which call goes through what:
 
 - **prometheus-api-client** (``PrometheusConnect``, built on this source's
-  ``requests`` session, its urllib3 retries off) for the connection check
-  (``check_prometheus_connection``, /readyz's probe) and for range pulls
+  ``requests`` session, its urllib3 retries off) for range pulls
   (``custom_query_range``: the retraining job's and ``backtest --prometheus``'s
   history). The client returns only ``data.result``, so a response hook on the
   session keeps each answer: its ``warnings`` (partial data), result type and
@@ -52,6 +51,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from types import MappingProxyType
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import requests
@@ -178,9 +178,11 @@ class PrometheusSource:
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
-            raise SourceError(f"Prometheus URL {self.url!r} must start with http:// or https://, e.g. "
-                              "http://prometheus-operated.monitoring:9090")
+            raise SourceError(f"Prometheus URL {redact_url(self.url)!r} must start with http:// or https://, "
+                              "e.g. http://prometheus-operated.monitoring:9090")
         self.url = self.url.rstrip("/")
+        #: The URL as every message shows it: credentials in it never printed.
+        self.shown = redact_url(self.url)
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise SourceError(f"Prometheus timeout must be a positive number of seconds, got {self.timeout!r}")
         if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
@@ -191,6 +193,9 @@ class PrometheusSource:
         #: HTTP calls made (attempts included) — for tests and benchmarks.
         self.requests_made = 0
         self._clients: dict[float, PrometheusConnect] = {}
+        if _refuse_redirect not in self.session.hooks["response"]:
+            # First: a redirect is refused before requests follows it (hooks run on each answer first).
+            self.session.hooks["response"].insert(0, _refuse_redirect)
         if _keep_response not in self.session.hooks["response"]:
             self.session.hooks["response"].append(_keep_response)
 
@@ -208,12 +213,18 @@ class PrometheusSource:
         return client
 
     def check_connection(self, timeout: float) -> str | None:
-        """None when Prometheus answers within ``timeout`` s, else why not (one try; /readyz's probe)."""
+        """None when Prometheus answers a query within ``timeout`` s, else why not (one try; /readyz's probe).
+
+        It asks the query API, not the root page: Prometheus answers ``/`` with a redirect to its UI,
+        and no redirect is followed."""
         try:
-            ok = self.client(timeout).check_prometheus_connection()
+            resp = self.session.get(f"{self.url}/api/v1/query", params={"query": "1"},
+                                    headers=dict(self.headers), timeout=timeout)
         except requests.RequestException as exc:
-            return f"Prometheus at {self.url} unreachable ({type(exc).__name__})"
-        return None if ok else f"Prometheus at {self.url} answered with an error status"
+            return f"Prometheus at {self.shown} unreachable ({type(exc).__name__})"
+        except SourceError as exc:
+            return str(exc)
+        return None if resp.ok else f"Prometheus at {self.shown} answered with an error status"
 
     # -- queries --------------------------------------------------------------------------------
     def query(self, query: str, at: datetime | None = None) -> QueryResult:
@@ -373,7 +384,7 @@ class PrometheusSource:
         def give_up(state: RetryCallState) -> _Answer:
             last = state.outcome.exception() if state.outcome else None
             raise SourceError(
-                f"Prometheus at {self.url} failed {state.attempt_number} times for {query!r}: {last}; "
+                f"Prometheus at {self.shown} failed {state.attempt_number} times for {query!r}: {last}; "
                 "check that it is up and reachable (its /-/ready endpoint), or raise the timeout"
             ) from (last.__cause__ or last) if last else None
 
@@ -391,7 +402,7 @@ class PrometheusSource:
         try:
             resp = self.session.get(url, params=params, headers=dict(self.headers), timeout=self.timeout)
         except requests.RequestException as exc:
-            raise _transport_error(exc, url, self.timeout) from exc
+            raise _transport_error(exc, redact_url(url), self.timeout) from exc
         return self._answer(resp, query)
 
     def _range_once(self, query: str, start: float, end: float, step_s: int) -> _Answer:
@@ -408,14 +419,14 @@ class PrometheusSource:
                 query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
                 step=str(step_s), params={"timeout": f"{self.timeout:g}s"})
         except (requests.Timeout, requests.ConnectionError) as exc:
-            raise _transport_error(exc, f"{self.url}/api/v1/query_range", self.timeout) from exc
+            raise _transport_error(exc, f"{self.shown}/api/v1/query_range", self.timeout) from exc
         except (PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:  # incl. a JSON decode error
             answered = _CAPTURE.responses[-1] if _CAPTURE.responses else None
             if answered is not None:
                 self._answer(answered, query)  # raises what the raw path raises for this answer
-            raise SourceError(f"Prometheus answered {query!r} badly ({exc}); is {self.url} Prometheus?") from exc
+            raise SourceError(f"Prometheus answered {query!r} badly ({exc}); is {self.shown} Prometheus?") from exc
         except requests.RequestException as exc:
-            raise _transport_error(exc, f"{self.url}/api/v1/query_range", self.timeout) from exc
+            raise _transport_error(exc, f"{self.shown}/api/v1/query_range", self.timeout) from exc
         finally:
             responses, _CAPTURE.responses = _CAPTURE.responses, None
         data, warns = self._answer(responses[-1], query)
@@ -423,7 +434,7 @@ class PrometheusSource:
 
     def _answer(self, resp: requests.Response, query: str) -> _Answer:
         """Prometheus's JSON answer as (data, warnings), or the error it means."""
-        url = resp.url.split("?", 1)[0]
+        url = redact_url(resp.url.split("?", 1)[0])
         body = _json_body(resp)
         verdict = _status_verdict(resp.status_code)
         if verdict == "retry":
@@ -439,7 +450,7 @@ class PrometheusSource:
                               "fix the query (try it in the Prometheus UI)")
         data = body.get("data")
         if not isinstance(data, dict):
-            raise SourceError(f"Prometheus answered {query!r} without a data object; is {self.url} Prometheus?")
+            raise SourceError(f"Prometheus answered {query!r} without a data object; is {self.shown} Prometheus?")
         warns = body.get("warnings") or []
         return data, tuple(str(w) for w in warns)
 
@@ -481,6 +492,33 @@ def _decoded_once(decode: Callable[..., Any]) -> Callable[..., Any]:
         return kept[0]
 
     return json
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password (and user) in it replaced by ``***``: the form every message,
+    log line and report shows (``http://user:secret@host`` -> ``http://***@host``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that cannot be parsed>"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
+def _refuse_redirect(resp: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+    """Refuse every redirect Prometheus (or what answers in its place) sends.
+
+    Following one could send the query, and any credentials or headers, to another scheme, host or
+    port, and train and promote a model on that host's data; none is followed, not even to the same
+    host (point the URL at the final address instead)."""
+    if resp.is_redirect:
+        target = redact_url(resp.headers.get("Location", "?"))[:200]
+        raise SourceError(
+            f"{redact_url(resp.url.split('?', 1)[0])} answered a redirect (HTTP {resp.status_code}) to "
+            f"{target!r}; redirects are never followed (they could send queries and credentials to "
+            "another host): use the address Prometheus answers at directly")
+    return resp
 
 
 def _transport_error(exc: requests.RequestException, url: str, timeout: float) -> Exception:
