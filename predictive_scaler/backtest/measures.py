@@ -32,9 +32,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from predictive_scaler.backtest.simulator import ClusterConfig, Demand, PolicyRun
 
-# The MASE scale is the engine's, one definition (None on a flat window); re-exported for adapters.py.
-from predictive_scaler.forecasting.metrics import naive_scale  # noqa: F401
-
 
 @dataclass(frozen=True)
 class PolicyMeasures:

@@ -17,7 +17,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
-# Forecast lives in the core (policy and sources need it); re-exported here.
 from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ModelError
 from predictive_scaler.series import Series

@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-# DemandSample lives in the core (sources need it); re-exported here (__all__).
 from predictive_scaler.core.values import DemandSample, Forecast
 from predictive_scaler.policy import budget as budget_policy
 from predictive_scaler.policy import drift as drift_policy

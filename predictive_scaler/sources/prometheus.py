@@ -60,8 +60,6 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
-
-# DemandSample lives in the core; re-exported here for sources.history and callers.
 from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import SourceError
 

@@ -16,7 +16,7 @@ from predictive_scaler.sources import prometheus
     pytest.param([1.0, 2.0, 4.0], 1.5, id="moving"),
 ])
 def test_the_backtest_and_the_engine_agree_on_the_mase_scale(history: list[float], scale: float | None) -> None:
-    got = measures.naive_scale(np.array(history))
+    got = metrics.naive_scale(np.array(history))
     assert got == (pytest.approx(scale) if scale is not None else None)
     # On a flat window the backtest's MASE is undefined, as the engine's is.
     y = np.array([5.0, 6.0])
