@@ -15,6 +15,7 @@ import copy
 import difflib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ def test_the_settings_checksum_follows_the_settings():
         return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]
 
     assert checksum(None) == checksum({"image": {"tag": "0.1.1"}})
-    assert checksum(None) != checksum({"prometheus": {"url": "http://prom.obs.svc:9090"}})
+    assert checksum(None) != checksum({"prometheus": {"url": "http://prom.obs.svc:9090", "namespace": "obs"}})
 
 
 EXTRA_VALUES = [
@@ -328,3 +329,57 @@ def test_the_model_store_is_shared_by_every_shard(values, mode):
     shards = (values or {}).get("sharding", {}).get("replicas", 1)
     workloads = [o["kind"] for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
     assert workloads == (["StatefulSet"] if shards > 1 else ["Deployment"])
+
+
+def _prometheus_egress(values: dict[str, Any]) -> dict[str, Any]:
+    """The NetworkPolicy's egress rule towards Prometheus (the second: after the API server's)."""
+    egress = one(helm_render(values), "NetworkPolicy", "predictive-scaler")["spec"]["egress"]
+    assert len(egress) == 3, egress  # API server, Prometheus, DNS
+    return egress[1]
+
+
+@pytest.mark.parametrize("url, port", [
+    ("http://prom.obs.svc:8481", 8481), ("http://prom.obs.svc.cluster.local", 80), ("https://prom.obs", 443),
+    ("http://prom.obs:9090/prometheus", 9090)])
+def test_prometheus_egress_is_the_urls_port_in_the_urls_namespace(url: str, port: int) -> None:
+    rule = _prometheus_egress({"prometheus": {"url": url, "namespace": "obs"}})
+    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+    assert rule["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}}}]
+
+
+def test_prometheus_egress_narrows_to_the_pods_named() -> None:
+    rule = _prometheus_egress({"prometheus": {"url": "http://prom.obs.svc:9090", "namespace": "obs",
+                                              "podLabels": {"app.kubernetes.io/name": "prometheus"}}})
+    assert rule["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}},
+                           "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+
+
+def test_an_external_prometheus_is_reached_only_at_its_cidrs_and_port() -> None:
+    rule = _prometheus_egress({"prometheus": {"url": "https://user:pw@metrics.example.com:8443/api/prom",
+                                              "externalCIDRs": ["203.0.113.7/32", "2001:db8::/64"]}})
+    assert rule == {"to": [{"ipBlock": {"cidr": "203.0.113.7/32"}}, {"ipBlock": {"cidr": "2001:db8::/64"}}],
+                    "ports": [{"protocol": "TCP", "port": 8443}]}
+    # An address is outside the cluster too: only the CIDRs admit it.
+    rule = _prometheus_egress({"prometheus": {"url": "http://10.1.2.3:9090", "externalCIDRs": ["10.1.2.3/32"]}})
+    assert rule["to"] == [{"ipBlock": {"cidr": "10.1.2.3/32"}}]
+
+
+@pytest.mark.parametrize("prometheus, says", [
+    ({"url": "https://metrics.example.com"}, "is not a Service of this cluster: set prometheus.externalCIDRs"),
+    ({"url": "http://10.1.2.3:9090"}, "set prometheus.externalCIDRs"),
+    ({"url": "http://prom.obs.svc:9090"}, 'prometheus.url names the Service prom in namespace "obs", but '
+                                          'prometheus.namespace is "monitoring"'),
+    ({"url": "http://prom.obs.svc:9090", "namespace": "obs", "externalCIDRs": ["0.0.0.0"]}, "externalCIDRs"),
+])
+def test_an_egress_that_would_not_reach_the_urls_prometheus_is_refused(prometheus: dict[str, Any], says: str) -> None:
+    with pytest.raises(Exception, match=re.escape(says)):
+        helm_render({"prometheus": prometheus})
+
+
+def test_the_api_server_rule_narrows_to_its_cidrs() -> None:
+    egress = one(helm_render({"networkPolicy": {"apiServerCIDRs": ["172.18.0.2/32"]}}), "NetworkPolicy",
+                 "predictive-scaler")["spec"]["egress"]
+    assert egress[0]["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
+    assert {p["port"] for p in egress[0]["ports"]} == {443, 6443}
+    default = one(helm_render(), "NetworkPolicy", "predictive-scaler")["spec"]["egress"][0]
+    assert "to" not in default  # no way to name the API server: the doc says to set the CIDRs

@@ -57,6 +57,9 @@ class Case:
     then: Callable[[Ran, Path], None] | None = None
     #: Environment variables set during the run.
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Run the real console entry point in a child process that must end within this many seconds
+    #: (a hang is a failure, not a stuck suite); None runs ``cli.main`` in this process.
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,27 @@ def digest(root: Path) -> dict[str, str]:
         return out
     for p in sorted(root.rglob("*")):
         rel = str(p.relative_to(root))
-        if p.is_dir():
+        if p.is_symlink():
+            out[rel] = "link → " + str(p.readlink())
+        elif p.is_dir():
             out[rel + "/"] = "dir"
         elif p.is_file():
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            out[rel] = _file_digest(p)
+        else:  # a FIFO or a device a case planted: never opened here (a FIFO would block)
+            out[rel] = "special"
     return out
+
+
+def _file_digest(path: Path) -> str:
+    """sha256 of a file, streamed; a file over 64 MiB (a case's sparse giant) by size and mtime."""
+    st = path.stat()
+    if st.st_size > 64 << 20:
+        return f"size {st.st_size}, mtime {st.st_mtime_ns}"
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def run_cli(argv: list[str], env: Mapping[str, str] | None = None) -> Ran:
@@ -180,15 +199,33 @@ def versions(store: Path) -> set[str]:
     return {str(p.relative_to(store)) for p in store.glob("*/versions/*") if not p.name.startswith(".")}
 
 
-def check(case: Case, work: Path) -> Ran:
-    """Run ``case`` in ``work`` (already prepared) and assert everything a hostile case promises."""
+def run_child(argv: list[str], env: Mapping[str, str], timeout: float) -> Ran:
+    """``python -m predictive_scaler.cli ARGV`` in a child process that must end within ``timeout`` s."""
+    import os
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-m", "predictive_scaler.cli", *argv], capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"predictive-scaler {' '.join(argv)} still ran after {timeout} s (a hang)") from exc
+    return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+
+def check(case: Case, work: Path, **extra: str) -> Ran:
+    """Run ``case`` in ``work`` (already prepared) and assert everything a hostile case promises.
+
+    ``extra`` adds names to the argv's and env's format fields (e.g. ``prom`` for a test server's URL).
+    """
     write_files(work, case.files)
     store = work / "store"
     before_store, before_files = digest(store), digest(work)
     served = store / "web" / "versions"
     v = sorted(p.name for p in served.iterdir() if not p.name.startswith(".")) if served.is_dir() else []
-    argv = case.argv.format(d=work, store=store, v=v).split()
-    ran = run_cli(argv, {k: v.format(d=work, store=store) for k, v in case.env.items()})
+    argv = case.argv.format(d=work, store=store, v=v, **extra).split()
+    env = {k: v.format(d=work, store=store, **extra) for k, v in case.env.items()}
+    ran = run_cli(argv, env) if case.timeout is None else run_child(argv, env, case.timeout)
     where = f"[{case.id}] predictive-scaler {' '.join(argv)}\nstdout: {ran.out[-2000:]}\nstderr: {ran.err[-2000:]}"
     assert "Traceback" not in ran.text, where
     assert ran.code == case.code, where

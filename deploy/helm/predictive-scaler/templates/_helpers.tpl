@@ -144,3 +144,31 @@ spec:
       persistentVolumeClaim:
         claimName: predictive-scaler-models
 {{- end }}
+
+{{/*
+The Prometheus endpoint the NetworkPolicy lets the workloads reach, read from
+prometheus.url: its port (explicit, else the scheme's), and whether its host is a
+cluster Service name (name, name.ns, name.ns.svc, name.ns.svc.cluster.local) —
+then the namespace it names must be prometheus.namespace — or an address outside,
+which only prometheus.externalCIDRs can admit.
+*/}}
+{{- define "predictive-scaler.prometheusPort" -}}
+{{- $u := urlParse .Values.prometheus.url -}}
+{{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
+{{- if $port }}{{ $port }}{{ else if eq $u.scheme "https" }}443{{ else }}80{{ end -}}
+{{- end }}
+
+{{- define "predictive-scaler.prometheusInCluster" -}}
+{{- $u := urlParse .Values.prometheus.url -}}
+{{- $host := regexReplaceAll ":[0-9]+$" $u.host "" | lower -}}
+{{- $host = regexReplaceAll "^.*@" $host "" -}}
+{{- if regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)?(\\.svc(\\.cluster\\.local)?)?$" $host -}}
+{{- $parts := splitList "." $host -}}
+{{- if and (gt (len $parts) 1) (ne (index $parts 1) .Values.prometheus.namespace) -}}
+{{- fail (printf "prometheus.url names the Service %s in namespace %q, but prometheus.namespace is %q: set prometheus.namespace to %q so the NetworkPolicy allows egress there" (index $parts 0) (index $parts 1) .Values.prometheus.namespace (index $parts 1)) -}}
+{{- end -}}
+true
+{{- else if not .Values.prometheus.externalCIDRs -}}
+{{- fail (printf "prometheus.url's host %q is not a Service of this cluster: set prometheus.externalCIDRs to the addresses it answers from (the NetworkPolicy allows egress to those alone, on port %s)" $host (include "predictive-scaler.prometheusPort" .)) -}}
+{{- end -}}
+{{- end }}
