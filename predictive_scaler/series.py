@@ -425,6 +425,23 @@ def check_history(series: Series, min_history: timedelta | None, *,
     check_missing(series, max_missing)
 
 
+def observed_history(series: Series, until: pd.Timestamp | datetime | None = None) -> Series:
+    """The history a series holds, by the one rule every command applies: from its first observation
+    to ``until`` — the moment it was read (a pull's end; None: its last observation, as for a file).
+
+    Gaps anywhere in that span, at its end too, are gaps inside the history: they count against
+    ``--max-missing``, not against ``--min-history`` — a 30-minute scrape gap just before the pull
+    is not 30 minutes less history, and a metric that stopped days ago is refused by its missing
+    share. Raises DataError when nothing at all was observed.
+    """
+    present = np.flatnonzero(np.isfinite(series.values))
+    if present.size == 0:
+        raise DataError(f"{series.source or series.name}: no observations between {series.start} and {series.end}")
+    last = int(present[-1]) + 1 if until is None else min(len(series), max(
+        int(present[-1]) + 1, math.ceil((to_utc(until) - series.start).total_seconds() / series.step_seconds)))
+    return series.slice(int(present[0]), last)
+
+
 def check_missing(series: Series, max_missing: float | None) -> None:
     """Refuse a series with more than ``max_missing`` of its steps missing (``--max-missing``)."""
     if max_missing is None or series.missing_fraction <= max_missing:

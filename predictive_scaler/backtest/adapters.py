@@ -47,7 +47,7 @@ from predictive_scaler.retrain.job import default_run_id
 from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
 from predictive_scaler.retrain.stores import MemoryStore, ServingModel
 from predictive_scaler.retrain.training import train_and_promote
-from predictive_scaler.series import Series, check_history, format_duration
+from predictive_scaler.series import Series, check_history, format_duration, observed_history
 from predictive_scaler.spec import ScalerSpec
 
 
@@ -234,7 +234,8 @@ class TraceHistory:
     """HistoryPort over the trace replay: what was observed by a retraining, at the model step.
 
     It refuses a history as the Prometheus pull does (``sources/history.py``): fewer than
-    ``min_history`` observed from the first to the last value → InsufficientHistoryError;
+    ``min_history`` from the first value to the retraining's time (:func:`observed_history`)
+    → InsufficientHistoryError;
     more than ``max_missing_fraction`` missing since the first value → DataError. There is
     no DCGM in a trace: :meth:`gpu_usage` reports nothing.
     """
@@ -249,10 +250,10 @@ class TraceHistory:
         present = np.flatnonzero(np.isfinite(cut.values))
         if present.size == 0:
             raise DataError(f"the trace has no observations between {start.isoformat()} and {end.isoformat()}")
-        observed = cut.slice(int(present[0]), len(cut))
+        observed = observed_history(cut, end)
         with warnings.catch_warnings():  # a protocol below 14 days is said once, in the report's notes
             warnings.simplefilter("ignore", UserWarning)
-            check_history(observed.slice(0, int(present[-1] - present[0]) + 1), min_history, max_missing=None)
+            check_history(observed, min_history, max_missing=None)
         if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
             raise DataError(f"{observed.missing_fraction:.0%} of the trace's steps since {observed.start} are "
                             f"missing (> {max_missing_fraction:.0%} allowed)")
