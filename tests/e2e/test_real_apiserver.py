@@ -9,6 +9,8 @@ from the server itself: objects, Events, and its audit log (every request, with 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,35 @@ def test_forecast_only_writes_status_and_events_but_never_scale(kube_api: KubeAp
     assert scale_writes(kube_api, ns) == [], "forecast-only patched /scale"
     reasons = {e["reason"] for e in events(kube_api, ns) if e["involvedObject"]["kind"] == "PredictiveScaler"}
     assert "ForecastOnly" in reasons, reasons
+
+
+def status_command(api: KubeApiServer, *args: str) -> str:
+    exe = Path(sys.executable).with_name("predictive-scaler")
+    done = subprocess.run([str(exe), "status", f"--kubeconfig={api.admin_kubeconfig}", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_the_status_command_shows_what_the_controller_wrote(kube_api: KubeApiServer) -> None:
+    ns = "e2e-forecast"  # the forecast-only scaler above
+    before = reconciled(kube_api, ns)["status"]
+    (shown,) = [v for v in json.loads(status_command(kube_api, "--json")) if v["namespace"] == ns]
+    after = reconciled(kube_api, ns)["status"]  # a period may have passed while the command ran: either one
+    assert (shown["name"], shown["mode"]) == (MODEL, "forecast-only")
+    assert any(shown["planned_replicas"] == s["desiredReplicas"] and shown["strategy"] == s["strategy"]
+               and shown["forecast_upper"] == max(s["forecast"]["p95"]) and shown["model_version"] == s["modelVersion"]
+               and shown["observed"] == s["plannerState"]["recentDemand"][-1][1] for s in (before, after)), shown
+    assert shown["reconciled_ago"] < 120 and shown["attention"] == [], shown
+    rows = status_command(kube_api, "-n", ns).splitlines()
+    assert rows[0].split()[:4] == ["NAMESPACE", "NAME", "MODE", "STRATEGY"]
+    assert rows[1].split()[:3] == [ns, MODEL, "forecast-only"], rows
+    one = status_command(kube_api, f"{ns}/{MODEL}")
+    assert one.startswith(f"{ns}/{MODEL}: mode forecast-only, strategy ") and "last decision:" in one, one
+    exe = Path(sys.executable).with_name("predictive-scaler")
+    missing = subprocess.run([str(exe), "status", f"--kubeconfig={kube_api.admin_kubeconfig}", f"{ns}/nothing"],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and f"no PredictiveScaler {ns}/nothing" in missing.stderr, missing.stderr
 
 
 # -- acting ----------------------------------------------------------------------------------------
