@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -29,6 +30,18 @@ OVERLAYS: dict[str, Path] = {
 }
 
 
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading exponents without a point (`1e-06`) as floats.
+
+    Go's YAML writers (kubectl kustomize, Helm's toYaml) emit them so, and Kubernetes reads
+    them as numbers; YAML 1.1, which PyYAML implements, would read a string.
+    """
+
+
+YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                 list("-+0123456789."))
+
+
 def kubectl() -> str:
     path = shutil.which("kubectl")
     assert path, "kubectl is required to render deploy/ (install it; `.ci/run` checks for it)"
@@ -45,7 +58,7 @@ def _render_text(directory: str) -> str:
 
 def render(directory: Path) -> list[dict[str, Any]]:
     """The objects `kubectl apply -k directory` would send (a fresh copy each call)."""
-    docs = [d for d in yaml.safe_load_all(_render_text(str(directory))) if d]
+    docs = [d for d in yaml.load_all(_render_text(str(directory)), Loader=YamlLoader) if d]
     return copy.deepcopy(docs)
 
 

@@ -2,11 +2,12 @@
 
 Helm runs in-process through ``helm-python-sdk`` (PyPI), which bundles the Helm
 v4 Go library (``libhelm_c``): ``helm lint`` and ``helm template`` without a
-helm binary, a cluster or the network. The default render must equal
-``kubectl kustomize deploy/overlays/default`` object for object, and the render
-with the three Prometheus Operator extras on must equal the
-``prometheus-operator`` overlay, apart from the differences named in
-``INTENDED_DIFFERENCES``.
+helm binary, a cluster or the network. The default render (installed into
+predictive-scaler-system) must equal ``kubectl kustomize deploy/overlays/default``
+object for object, and the render with the three Prometheus Operator extras on
+must equal the ``prometheus-operator`` overlay, apart from the differences named
+in ``INTENDED_DIFFERENCES``. tests/deploy/test_helm_values.py checks where each
+value lands.
 """
 
 from __future__ import annotations
@@ -20,55 +21,43 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
 from predictive_scaler import crd
 
+from .helm_support import CHART, NAMESPACE, chart_metadata, helm_render, validate_all
+from .helm_support import key as _key
 from .support import DEPLOY, OVERLAYS, find, one, pod_specs, render
-from .test_manifests import K8S_VERSION, MONITORING_SCHEMAS
 
-CHART = DEPLOY / "helm" / "predictive-scaler"
-RELEASE = "predictive-scaler"
 EXTRAS_ON: dict[str, Any] = {"prometheusOperator": {
     "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}
 
 #: Where the chart's render differs from kustomize's on purpose (normalised away below).
 INTENDED_DIFFERENCES = {
     "managed-by": "app.kubernetes.io/managed-by is Helm (kustomize's base sets kustomize)",
-    "chart-label": "every templated object carries helm.sh/chart: predictive-scaler-<version>",
-    "crd-labels": "the CRD comes from crds/ as generated, so it has no managed-by label (Helm never templates crds/)",
+    "chart-label": "every object carries helm.sh/chart: predictive-scaler-<chart version>",
+    "instance-label": "every object carries app.kubernetes.io/instance: <release> (not in selectors: a selector "
+                      "cannot change on upgrade)",
+    "crd-keep": "the CRD is annotated helm.sh/resource-policy: keep (crds.keep), so `helm uninstall` leaves it and "
+                "the users' scalers with it; `kubectl delete -k` deletes it",
+    "release-namespace": "installed into the release namespace (namespace.name empty), the chart renders no "
+                         "Namespace: Helm needs the namespace before it installs anything (`--create-namespace`). "
+                         "With namespace.name set to another namespace it renders it as kustomize does "
+                         "(the 'legacy-namespace' render)",
     "part-of-everywhere": "the ServiceMonitor and PrometheusRule carry app.kubernetes.io/part-of too, like every "
                           "other object (the overlay's two files, outside the base, lack it)",
     "settings-checksum": "the controller's pod template has a checksum/settings annotation, so a `helm upgrade` "
                          "that changes a setting restarts the controller (it reads them at start)",
 }
-#: Files the chart reads from the kustomize tree (symlinks, so there is one copy of each).
+#: Files the chart reads from the kustomize tree (symlinks, so there is one copy of each). The alerts are
+#: a template of their own (thresholds are values); the default render equals the overlay's file.
 LINKED = {
-    "crds/crd.yaml": DEPLOY / "base" / "crd.yaml",
+    "files/crd.yaml": DEPLOY / "base" / "crd.yaml",
     "files/rbac-controller.yaml": DEPLOY / "base" / "rbac-controller.yaml",
     "files/rbac-retrain.yaml": DEPLOY / "base" / "rbac-retrain.yaml",
-    "files/prometheusrule.yaml": DEPLOY / "overlays" / "prometheus-operator" / "prometheusrule.yaml",
     "files/predictive-scaler.json": DEPLOY / "dashboards" / "predictive-scaler.json",
 }
-
-
-def helm_render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """What `helm install predictive-scaler deploy/helm/predictive-scaler` would send: CRDs, then templates."""
-    with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values=values, name=RELEASE, namespace="default", is_install=True)
-        crds = chart.crds
-    objs = [yaml.safe_load(c["data"]) for c in crds]
-    for path in sorted(manifests):
-        if not path.endswith("NOTES.txt"):
-            objs += [d for d in yaml.safe_load_all(manifests[path]) if d]
-    return objs
-
-
-def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
-    return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
 def _normalised(obj: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +65,12 @@ def _normalised(obj: dict[str, Any]) -> dict[str, Any]:
     labels = out["metadata"].get("labels", {})
     labels.pop("app.kubernetes.io/managed-by", None)  # managed-by
     labels.pop("helm.sh/chart", None)  # chart-label
+    labels.pop("app.kubernetes.io/instance", None)  # instance-label
+    if out["kind"] == "CustomResourceDefinition":  # crd-keep
+        annotations = out["metadata"].get("annotations", {})
+        annotations.pop("helm.sh/resource-policy", None)
+        if not annotations:
+            out["metadata"].pop("annotations", None)
     if out["apiVersion"].startswith("monitoring.coreos.com/"):
         labels.pop("app.kubernetes.io/part-of", None)  # part-of-everywhere
     if out["kind"] in ("Deployment", "StatefulSet"):  # settings-checksum
@@ -91,21 +86,30 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
                                           "kustomize", "helm", lineterm=""))
 
 
-def _validate(obj: dict[str, Any]) -> None:
-    if obj["apiVersion"].startswith("monitoring.coreos.com/"):
-        jsonschema.Draft202012Validator(MONITORING_SCHEMAS[obj["kind"]]).validate(obj)
-    else:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-
-
 SHARDED: dict[str, Any] = {"sharding": {"replicas": 2}}
-RENDERS = {"default": None, "prometheus-operator": EXTRAS_ON, "sharded": SHARDED}
+#: A 0.1 install kept where it was: namespace.name set, the release record elsewhere (docs/install.md).
+LEGACY: dict[str, Any] = {"namespace": {"name": NAMESPACE}}
+#: Render -> (values, release namespace, the overlay it equals).
+RENDERS: dict[str, tuple[dict[str, Any] | None, str, str]] = {
+    "default": (None, NAMESPACE, "default"),
+    "prometheus-operator": (EXTRAS_ON, NAMESPACE, "prometheus-operator"),
+    "sharded": (SHARDED, NAMESPACE, "sharded"),
+    "legacy-namespace": (LEGACY, "default", "default"),
+}
 
 
-@pytest.mark.parametrize("overlay", RENDERS, ids=list(RENDERS))
-def test_helm_renders_the_kustomize_install(overlay):
-    ours = {_key(o): o for o in helm_render(RENDERS[overlay])}
-    theirs = {_key(o): o for o in render(OVERLAYS[overlay])}
+def _render(which: str) -> list[dict[str, Any]]:
+    values, namespace, _ = RENDERS[which]
+    return helm_render(values, namespace=namespace)
+
+
+@pytest.mark.parametrize("which", RENDERS, ids=list(RENDERS))
+def test_helm_renders_the_kustomize_install(which):
+    ours = {_key(o): o for o in _render(which)}
+    theirs = {_key(o): o for o in render(OVERLAYS[RENDERS[which][2]])}
+    if which != "legacy-namespace":  # release-namespace
+        assert not find(list(ours.values()), "Namespace")
+        del theirs[("Namespace", "", NAMESPACE)]
     assert sorted(ours) == sorted(theirs), (
         f"only in helm: {sorted(set(ours) - set(theirs))}; only in kustomize: {sorted(set(theirs) - set(ours))}")
     drift = {key: _diff(_normalised(theirs[key]), _normalised(ours[key])) for key in theirs
@@ -114,19 +118,20 @@ def test_helm_renders_the_kustomize_install(overlay):
         f"--- {key}\n{d}" for key, d in drift.items())
 
 
-@pytest.mark.parametrize("overlay", RENDERS, ids=list(RENDERS))
-def test_the_only_label_differences_are_the_intended_ones(overlay):
-    for obj in helm_render(RENDERS[overlay]):
+@pytest.mark.parametrize("which", RENDERS, ids=list(RENDERS))
+def test_the_only_label_differences_are_the_intended_ones(which):
+    version = chart_metadata()["version"]
+    objs = _render(which)
+    for obj in objs:
         labels = obj["metadata"].get("labels", {})
-        if obj["kind"] == "CustomResourceDefinition":  # crd-labels
-            assert "app.kubernetes.io/managed-by" not in labels and "helm.sh/chart" not in labels
-        else:
-            assert labels["app.kubernetes.io/managed-by"] == "Helm", _key(obj)
-            assert labels["helm.sh/chart"] == "predictive-scaler-0.1.0", _key(obj)
-            assert labels["app.kubernetes.io/part-of"] == "predictive-scaler", _key(obj)
-    kind = "StatefulSet" if overlay == "sharded" else "Deployment"
-    controller = one(helm_render(RENDERS[overlay]), kind, "predictive-scaler-controller")
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", _key(obj)
+        assert labels["helm.sh/chart"] == f"predictive-scaler-{version}", _key(obj)
+        assert labels["app.kubernetes.io/instance"] == "predictive-scaler", _key(obj)
+        assert labels["app.kubernetes.io/part-of"] == "predictive-scaler", _key(obj)
+    kind = "StatefulSet" if which == "sharded" else "Deployment"
+    controller = one(objs, kind, "predictive-scaler-controller")
     assert len(controller["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]) == 64
+    assert one(objs, "CustomResourceDefinition")["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
 
 
 def test_the_settings_checksum_follows_the_settings():
@@ -144,7 +149,8 @@ EXTRA_VALUES = [
     ("cluster-budget", {"clusterBudget": {"gpus": 16, "costPerHour": "40"}}),
     ("schedule", {"retrain": {"schedule": "30 2 * * 1", "timeZone": "Europe/Paris"}}),
     ("namespace", {"namespace": {"name": "autoscaling"}}),
-    ("no-namespace", {"namespace": {"create": False}}),
+    ("no-namespace", {"namespace": {"name": "autoscaling", "create": False}}),
+    ("legacy-namespace", LEGACY),
     ("resources", {"controller": {"resources": {"requests": {"cpu": "200m", "memory": "512Mi"}}},
                    "retrain": {"resources": {"limits": {"cpu": "4", "memory": "8Gi"}}}}),
     ("model-store", {"modelStore": {"size": "10Gi", "storageClassName": "fast"}}),
@@ -158,10 +164,9 @@ EXTRA_VALUES = [
 
 @pytest.mark.parametrize("values", [v for _, v in EXTRA_VALUES], ids=[i for i, _ in EXTRA_VALUES])
 def test_every_object_of_every_render_validates_strictly(values):
-    objs = helm_render(values)
-    assert len({_key(o) for o in objs}) == len(objs), "duplicate objects"
-    for obj in objs:
-        _validate(obj)
+    # Against the oldest Kubernetes the chart claims (1.27) and the newest bundled; every value the
+    # platform conventions add is rendered and validated in tests/deploy/test_helm_values.py.
+    validate_all(helm_render(values))
 
 
 def _container(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -205,13 +210,14 @@ def test_values_land_where_the_readme_says():
 
 
 def test_image_tag_defaults_to_the_app_version():
-    with helm.Chart.load(CHART) as chart:
-        app_version = chart.metadata["appVersion"]
+    app_version = chart_metadata()["appVersion"]
     assert _container(helm_render(), "Deployment")["image"].endswith(f":{app_version}")
 
 
 def test_namespace_can_be_left_to_helm():
-    assert not find(helm_render({"namespace": {"create": False}}), "Namespace")
+    assert not find(helm_render({"namespace": {"name": "autoscaling", "create": False}}), "Namespace")
+    assert not find(helm_render(), "Namespace")  # the release namespace: Helm's, never the chart's
+    assert not find(helm_render({"namespace": {"name": NAMESPACE}}), "Namespace")
 
 
 def test_the_extras_are_off_by_default_and_each_switches_alone():
@@ -237,9 +243,9 @@ def test_the_values_schema_refuses_mistakes(values, complaint):
     assert complaint in str(info.value)
 
 
-@pytest.mark.parametrize("values", [None, EXTRAS_ON, SHARDED], ids=["default", "extras-on", "sharded"])
+@pytest.mark.parametrize("values", [None, EXTRAS_ON, SHARDED, LEGACY], ids=["default", "extras-on", "sharded", "legacy"])
 def test_helm_lint_passes_strictly(values):
-    report = helm.lint(CHART, values, strict=True, kube_version="v1.27.0", namespace="default")
+    report = helm.lint(CHART, values, strict=True, kube_version="v1.27.0", namespace=NAMESPACE)
     assert report["errors"] == [], report
     assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
 
@@ -257,23 +263,26 @@ def test_helm_lint_catches_a_broken_chart(tmp_path):
 
 @pytest.mark.parametrize("inside", LINKED, ids=list(LINKED))
 def test_the_chart_links_the_one_copy(inside):
-    # One source: crds/ and files/ are symlinks into deploy/, and Helm's loader reads through them.
+    # One source: files/ are symlinks into deploy/, and Helm's loader reads through them.
     link = CHART / inside
     assert link.is_symlink(), f"{inside} must be a symlink to {LINKED[inside].relative_to(DEPLOY)}"
     assert link.resolve() == LINKED[inside].resolve()
     assert not os.path.isabs(os.readlink(link)), "relative, so it works in any clone"
     with helm.Chart.load(CHART) as chart:
-        if inside.startswith("crds/"):
-            loaded = next(c["data"] for c in chart.crds if c["name"] == inside)
-        else:
-            loaded = next(f["data"] for f in chart.files if f["name"] == inside)
+        loaded = next(f["data"] for f in chart.files if f["name"] == inside)
     assert loaded == LINKED[inside].read_text()
 
 
 def test_the_chart_crd_is_the_generated_one():
+    assert not (CHART / "crds").exists(), "crds/ is installed once and never upgraded: the CRD is templates/crd.yaml"
     with helm.Chart.load(CHART) as chart:
-        (only,) = chart.crds
-    assert only["data"] == crd.render_crd_yaml(), "run `make crd` (deploy/base/crd.yaml, which crds/ links to)"
+        source = next(f["data"] for f in chart.files if f["name"] == "files/crd.yaml")
+    assert source == crd.render_crd_yaml(), "run `make crd` (deploy/base/crd.yaml, which files/crd.yaml links to)"
+    # Sent as generated: only the release's labels and the keep annotation are added.
+    rendered = one(helm_render(), "CustomResourceDefinition")
+    generated = yaml.safe_load(source)
+    assert rendered["spec"] == generated["spec"]
+    assert generated["metadata"]["labels"].items() <= rendered["metadata"]["labels"].items()
 
 
 def test_the_dashboard_configmap_holds_the_dashboard_verbatim():
@@ -291,7 +300,8 @@ def test_the_install_doc_documents_every_value():
     def leaves(node: dict[str, Any], prefix: str = "") -> list[str]:
         out = []
         for key, value in node.items():
-            if isinstance(value, dict) and value and key not in ("resources", "labels", "nodeSelector"):
+            if isinstance(value, dict) and value and key not in (
+                    "resources", "labels", "nodeSelector", "podSecurityContext", "securityContext"):
                 out += leaves(value, f"{prefix}{key}.")
             else:
                 out.append(prefix + key)

@@ -1,47 +1,117 @@
 {{/*
+Names. fullname (the release name, or <release>-<chart name>, or fullnameOverride)
+prefixes every object; cut to 41 characters so that the longest derived name
+(<fullname>-controller-shards, a Service) stays a DNS label and the StatefulSet's
+and CronJob's names leave room for the suffixes Kubernetes adds to them.
+*/}}
+{{- define "predictive-scaler.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "predictive-scaler.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 41 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 41 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 41 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Where the namespaced objects live: namespace.name, else the release namespace. */}}
+{{- define "predictive-scaler.namespace" -}}
+{{- .Values.namespace.name | default .Release.Namespace }}
+{{- end }}
+
+{{/* The ServiceAccount of a component: (list $ "controller"|"retrain"). */}}
+{{- define "predictive-scaler.serviceAccountName" -}}
+{{- $root := index . 0 }}
+{{- $who := index . 1 }}
+{{- (index $root.Values.serviceAccount $who).name | default (printf "%s-%s" (include "predictive-scaler.fullname" $root) $who) }}
+{{- end }}
+
+{{/*
 Labels every object carries (the kustomize base sets the same part-of label,
 with managed-by: kustomize).
 */}}
 {{- define "predictive-scaler.labels" -}}
 app.kubernetes.io/part-of: predictive-scaler
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-{{- end }}
-
-{{- define "predictive-scaler.namespace" -}}
-{{ .Values.namespace.name }}
 {{- end }}
 
 {{- define "predictive-scaler.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* Selector labels of one component (controller or retrain). */}}
+{{/* Selector labels of one component: (list $ "controller"|"retrain"|…). */}}
 {{- define "predictive-scaler.selector" -}}
-app.kubernetes.io/name: predictive-scaler
-app.kubernetes.io/component: {{ . }}
+app.kubernetes.io/name: {{ include "predictive-scaler.name" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
-{{/* The container hardening both workloads use. */}}
-{{- define "predictive-scaler.containerSecurity" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-runAsUser: 65532
-capabilities:
-  drop:
-    - ALL
-seccompProfile:
-  type: RuntimeDefault
+{{/*
+A pod template's metadata: (list $ "controller"|"retrain" <annotations the chart sets>).
+The component's podLabels and podAnnotations are added; the chart's own win on a clash.
+*/}}
+{{- define "predictive-scaler.podMetadata" -}}
+{{- $root := index . 0 }}
+{{- $who := index . 1 }}
+{{- $values := index $root.Values $who }}
+{{- $labels := include "predictive-scaler.selector" (list $root $who) | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/part-of" "predictive-scaler" }}
+{{- $annotations := merge (index . 2) (deepCopy ($values.podAnnotations | default dict)) -}}
+labels:
+  {{- toYaml (merge $labels (deepCopy ($values.podLabels | default dict))) | nindent 2 }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
-{{- define "predictive-scaler.podSecurity" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{/*
+Pod-spec fields a component takes from its values (controller.* or retrain.*):
+(list $ "controller"|"retrain"). Affinity is the caller's: the retraining pod adds its own.
+*/}}
+{{- define "predictive-scaler.podPlacement" -}}
+{{- $root := index . 0 }}
+{{- $who := index . 1 }}
+{{- $values := index $root.Values $who -}}
+serviceAccountName: {{ include "predictive-scaler.serviceAccountName" (list $root $who) }}
+automountServiceAccountToken: true
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $constraint := deepCopy . }}
+  {{- if not (hasKey $constraint "labelSelector") }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" (include "predictive-scaler.selector" (list $root $who) | fromYaml)) }}
+  {{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- with $values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{/* Environment both workloads need: a writable HOME and matplotlib dir on /tmp. */}}
@@ -56,22 +126,18 @@ seccompProfile:
 
 {{/* The controller's pod template, shared by the one-replica Deployment and the sharded StatefulSet. */}}
 {{- define "predictive-scaler.controllerPod" -}}
+{{- $fullname := include "predictive-scaler.fullname" . }}
+{{- $values := .Values.controller -}}
 metadata:
-  labels:
-    {{- include "predictive-scaler.selector" "controller" | nindent 4 }}
-    app.kubernetes.io/part-of: predictive-scaler
-  annotations:
-    # Settings are read at start: a changed value restarts the controller.
-    checksum/settings: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
+  {{- /* Settings are read at start: a changed value restarts the controller. */}}
+  {{- $checksum := dict "checksum/settings" (include (print $.Template.BasePath "/configmap.yaml") . | sha256sum) }}
+  {{- include "predictive-scaler.podMetadata" (list . "controller" $checksum) | nindent 2 }}
 spec:
-  serviceAccountName: predictive-scaler-controller
-  automountServiceAccountToken: true
-  {{- with .Values.controller.nodeSelector }}
-  nodeSelector:
+  {{- include "predictive-scaler.podPlacement" (list . "controller") | nindent 2 }}
+  {{- with $values.affinity }}
+  affinity:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  securityContext:
-    {{- include "predictive-scaler.podSecurity" . | nindent 4 }}
   terminationGracePeriodSeconds: 30
   containers:
     - name: controller
@@ -84,9 +150,15 @@ spec:
         - --prometheus-url=$(PREDICTIVE_SCALER_PROMETHEUS_URL)
         - --model-store=$(PREDICTIVE_SCALER_MODEL_STORE)
         - --interval=$(PREDICTIVE_SCALER_RECONCILE_INTERVAL_SECONDS)
+        {{- range $values.extraArgs }}
+        - {{ . | quote }}
+        {{- end }}
       envFrom:
         - configMapRef:
-            name: predictive-scaler-settings
+            name: {{ $fullname }}-settings
+        {{- with $values.envFrom }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       env:
         {{- include "predictive-scaler.env" . | nindent 8 }}
         {{- if gt (int .Values.sharding.replicas) 1 }}
@@ -97,6 +169,9 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: metadata.namespace
+        {{- end }}
+        {{- with $values.env }}
+        {{- toYaml . | nindent 8 }}
         {{- end }}
       ports:
         - name: metrics
@@ -127,22 +202,30 @@ spec:
         timeoutSeconds: 5
         failureThreshold: 3
       resources:
-        {{- toYaml .Values.controller.resources | nindent 8 }}
+        {{- toYaml $values.resources | nindent 8 }}
+      {{- with $values.securityContext }}
       securityContext:
-        {{- include "predictive-scaler.containerSecurity" . | nindent 8 }}
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       volumeMounts:
         - name: tmp
           mountPath: /tmp
         - name: models
           mountPath: /var/lib/predictive-scaler/models
           readOnly: true
+        {{- with $values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir:
         sizeLimit: 256Mi
     - name: models
       persistentVolumeClaim:
-        claimName: predictive-scaler-models
+        claimName: {{ $fullname }}-models
+    {{- with $values.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end }}
 
 {{/*
