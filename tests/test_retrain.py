@@ -177,12 +177,12 @@ def test_first_run_promotes_and_a_rerun_is_idempotent(tmp_path: Path) -> None:
     assert versions(store, "chat") == [first.version]
 
 
-@pytest.mark.parametrize(("days", "fault", "reason"), [
-    (9, None, "insufficient history: 9.0 days < 14 days"),
-    (16, "source", "503"),
+@pytest.mark.parametrize(("days", "fault", "reason", "result"), [
+    (9, None, "insufficient history: 9.0 days < 14 days", "skipped"),
+    (16, "source", "503", "failed"),  # a failing source fails the run (the CronJob shows it)
 ], ids=["nine-days", "query-error"])
-def test_unusable_history_is_skipped_and_the_serving_model_keeps_serving(
-        tmp_path: Path, days: int, fault: str | None, reason: str) -> None:
+def test_unusable_history_is_skipped_or_failed_and_the_serving_model_keeps_serving(
+        tmp_path: Path, days: int, fault: str | None, reason: str, result: str) -> None:
     store = ModelStore(tmp_path)
     t = target("chat")
     good = retrain_scaler(t, FakeHistory({t.key: synthetic(16)}), store, FAST, START + timedelta(days=16), "w1")
@@ -190,7 +190,7 @@ def test_unusable_history_is_skipped_and_the_serving_model_keeps_serving(
     short = synthetic(days + 7).slice(7 * 288, 10**9)  # only `days` days end at the same place
     history = FakeHistory({t.key: short}, faults={t.key: fault} if fault else {})
     out = retrain_scaler(t, history, store, FAST, START + timedelta(days=days + 7), "w2")
-    assert out.result == "skipped"
+    assert out.result == result
     assert reason in out.reason
     assert out.serving_version == good.version
     assert store.pointer("chat").version == good.version  # type: ignore[union-attr]

@@ -51,7 +51,11 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     )
     from predictive_scaler.retrain.history import demand_query, history_for_scaler
     from predictive_scaler.series import parse_duration
-    from predictive_scaler.sources.prometheus import PrometheusSource, redact_url
+    from predictive_scaler.sources.prometheus import (
+        ImpossibleValueError,
+        PrometheusSource,
+        redact_url,
+    )
 
     assert target.spec is not None
     if not args.days > 0:
@@ -66,7 +70,7 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
         raise ConfigError(f"--min-history: {exc}", field="min_history") from exc
     query = demand_query(target.spec, target.namespace)
     where = f"{target.key}'s demand ({query}) from {redact_url(args.prometheus)}, {args.days:g} days to {end.isoformat()}"
-    source = PrometheusSource(args.prometheus, timeout=args.timeout)
+    source = PrometheusSource(args.prometheus, timeout=args.timeout, timeout_setting="--timeout")
     max_missing = DEFAULT_MAX_MISSING if args.max_missing is None else args.max_missing
     try:
         series = history_for_scaler(source, target.spec, end, args.days, namespace=target.namespace,
@@ -74,6 +78,8 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
     except InsufficientHistoryError as exc:
         raise InsufficientHistoryError(f"{where}: {exc}; pull more with --days, check --end, or wait until "
                                        "the metric has 14 days") from exc
+    except ImpossibleValueError as exc:  # before SourceError, its other base: it keeps its type
+        raise ImpossibleValueError(f"{where}: {exc}") from exc
     except SourceError as exc:
         raise SourceError(f"{where}: {exc}") from exc
     except DataError as exc:

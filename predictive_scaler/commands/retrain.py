@@ -3,9 +3,10 @@
 For each PredictiveScaler (from --config, or from the cluster): pull up to --history of demand and
 DCGM history from Prometheus, fit and select a model on all but the last --holdout, and compare it
 with the serving model on that held-out window; promote it only if it is not worse at the scaler's
-quantile (pinball loss and coverage). Short or broken history is skipped with its reason. Re-
+quantile (pinball loss and coverage). Short or gappy history is skipped with its reason. Re-
 running with the same --run-id resumes: finished scalers are skipped and no version is published
-twice. Exit status 1 when a scaler failed unexpectedly.
+twice. Exit status 1 when a scaler failed: Prometheus could not be reached or answered garbage (a
+refused query, an impossible value), or something unexpected; the report and stderr say why.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         except ClusterError as exc:  # the store has the record; the status is a courtesy
             log.warning("could not write the retrain status of %s: %s", outcome.key, exc)
 
-    source = PrometheusSource(args.prometheus, timeout=args.timeout)
+    source = PrometheusSource(args.prometheus, timeout=args.timeout, timeout_setting="--timeout")
     store = ModelStore(Path(args.store), keep=settings.keep)
     report = run_retrain(targets, history=PrometheusHistory(source), store=store, settings=settings, now=now,
                          run_id=args.run_id, processes=args.processes, shard_index=index, shard_count=count,
@@ -107,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
     else:
         _print_report(report)
+    if report.failed:
+        _print_failures(report)
     return 1 if report.failed else 0
 
 
@@ -170,5 +173,14 @@ def _print_report(report: Any) -> None:
         cost = "" if idle["cost_per_day"] is None else f", {idle['cost_per_day']:.2f}/day"
         print(f"idle allocated GPUs (< 5% for ≥ 10 min): {idle['mean_idle_gpus']:.2f} on average, "
               f"{idle['idle_gpu_hours_per_day']:.1f} GPU-h/day{cost}")
-    if report.failed:
-        print(f"{report.failed} scaler(s) failed; re-run with --run-id {report.run_id} to resume", file=sys.stderr)
+
+
+def _print_failures(report: Any) -> None:
+    """Why the run fails, on stderr whatever the report's format: the CronJob's log shows it."""
+    failed = [o for o in report.outcomes if o.result == "failed"]
+    print(f"{len(failed)} scaler(s) failed, so this run fails (exit 1); fix the cause and re-run with "
+          f"--run-id {report.run_id} to resume:", file=sys.stderr)
+    for o in failed[:10]:
+        print(f"  {o.key}: {o.reason}", file=sys.stderr)
+    if len(failed) > 10:
+        print(f"  … and {len(failed) - 10} more (see the report)", file=sys.stderr)

@@ -116,7 +116,8 @@ def retrain_scaler(
     now: datetime,
     run_id: str,
 ) -> ScalerOutcome:
-    """Retrain one scaler (see the module doc). Expected problems become a *skipped* outcome."""
+    """Retrain one scaler (see the module doc). Expected problems become a *skipped* outcome, a failing
+    source a *failed* one (:func:`~predictive_scaler.retrain.training.guarded`)."""
     outcome = guarded(target, run_id, DirectoryStore(store),
                       lambda base: _retrain(target, history, store, settings, now, run_id, base))
     if outcome.result != "already-done":
@@ -218,8 +219,9 @@ def run_retrain(
 ) -> RetrainReport:
     """Retrain this shard's scalers, in this process or in ``processes`` spawned workers.
 
-    Exceptions that are not :class:`ScalerError` mark that scaler *failed* and the
-    run goes on; a worker that dies marks the scalers it had not finished failed.
+    Exceptions that are not :class:`ScalerError`, and a source that cannot be reached or
+    answers garbage (:class:`SourceError`), mark that scaler *failed* and the run goes on;
+    a worker that dies marks the scalers it had not finished failed.
     ``on_outcome`` is called in this process as each scaler finishes (status, logs).
     """
     if processes < 1:

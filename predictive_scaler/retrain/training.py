@@ -40,7 +40,7 @@ from predictive_scaler.capacity_estimate import (
     estimate_capacity,
     summarise_idle,
 )
-from predictive_scaler.errors import ConfigError, DataError, ModelError, ScalerError
+from predictive_scaler.errors import ConfigError, DataError, ModelError, ScalerError, SourceError
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
@@ -115,8 +115,10 @@ def train_and_promote(
     """Train a challenger for ``target`` on the history up to ``now``; publish and serve it only if it
     is not worse than the serving model (see the module doc).
 
-    Expected problems (too little history, a query error, no candidate could be fitted) become a
-    *skipped* outcome with the reason; the serving model, if any, keeps serving.
+    Expected problems (too little history, too many gaps, no candidate could be fitted) become a
+    *skipped* outcome with the reason; a source that cannot be reached or answers garbage (a
+    refused query, an impossible value) a *failed* one. Either way the serving model, if any,
+    keeps serving.
     """
     return guarded(target, run_id, store,
                    lambda base: _train_and_promote(target, history, store, settings, now, run_id, base))
@@ -124,11 +126,17 @@ def train_and_promote(
 
 def guarded(target: ScalerTarget, run_id: str, store: ModelStorePort,
             work: Callable[[ScalerOutcome], ScalerOutcome]) -> ScalerOutcome:
-    """``work(base)`` timed, an expected problem (:class:`ScalerError`) made a *skipped* outcome."""
+    """``work(base)`` timed; a :class:`SourceError` made a *failed* outcome, any other expected problem
+    (:class:`ScalerError`) a *skipped* one."""
     t0 = time.perf_counter()
     base = ScalerOutcome(key=target.key, model=target.model_name, result="skipped", reason="", run_id=run_id)
     try:
         outcome = work(base)
+    except SourceError as exc:
+        # Short history is this scaler's state and is skipped; a source that cannot be reached or
+        # answers garbage means the job did not do its work, so it fails and the CronJob shows it.
+        outcome = replace(base, result="failed", reason=f"{type(exc).__name__}: {exc}",
+                          serving_version=store.serving_version(target.model_name))
     except ScalerError as exc:
         outcome = replace(base, result="skipped", reason=f"{type(exc).__name__}: {exc}",
                           serving_version=store.serving_version(target.model_name))

@@ -15,6 +15,10 @@ query's range (``average_from``; see ``sources/demand.py``).
 Gaps stay NaN. History length is the span from the first to the last present
 value, so a series that began (or stopped) 9 days into a 21-day window is
 refused as 9 days of history, not accepted as 21. Leading NaN is trimmed.
+A NaN sample Prometheus answered (its 0/0) is a gap too, never 0; when the
+history is refused for missing data, the message says how many samples were
+NaN. An impossible value (negative, ±Inf, absurdly large) is refused by the
+source (:class:`~predictive_scaler.sources.prometheus.ImpossibleValueError`).
 
 Incremental recent windows. :meth:`PrometheusMetrics.recent` keeps the window it
 pulled last (one float per model step: 2,016 for 7 days of 5-minute steps) and,
@@ -40,7 +44,13 @@ import pandas as pd
 from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import DataError, SourceError
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, ValueKind, check_history
-from predictive_scaler.sources.prometheus import Combine, DuplicateSeriesError, PrometheusSource
+from predictive_scaler.sources.prometheus import (
+    Combine,
+    DuplicateSeriesError,
+    PrometheusSource,
+    RangeSeries,
+    iso_utc,
+)
 
 #: Demand is evaluated this often and averaged into model steps (``pull_history(…, average_from=…)``).
 PULL_STEP_SECONDS = 60
@@ -82,6 +92,10 @@ def pull_history(
     then stands for the whole step, not its last two minutes. Demand is pulled
     this way for training and for serving (``sources/demand.py``); the checks
     apply to the averaged steps. Ignored unless ``step`` is a larger multiple.
+
+    A negative, infinite or absurd value raises
+    :class:`~predictive_scaler.sources.prometheus.ImpossibleValueError` (a DataError and a
+    SourceError); NaN samples are gaps, counted in the missing-data messages.
     """
     step_s = _step(step)
     if average_from and step_s > average_from and step_s % average_from == 0:
@@ -89,9 +103,18 @@ def pull_history(
         t1 = math.floor(_epoch(end) / step_s) * step_s
         if t1 <= t0:
             raise DataError(f"history window {start} → {end} holds no whole {step_s}s step; widen it")
-        fine = pull_history(source, query, _dt(t0), _dt(t1), average_from, min_history=None, combine=combine,
-                            name=name, allow_partial=allow_partial)
-        return _check_pulled(fine.resample(step_s), query, min_history, max_missing_fraction)
+        fine, nans = _pull_grid(source, query, _dt(t0), _dt(t1), average_from, combine=combine, name=name,
+                                allow_partial=allow_partial)
+        return _check_pulled(fine.resample(step_s), query, min_history, max_missing_fraction, nans)
+    series, nans = _pull_grid(source, query, start, end, step_s, combine=combine, name=name,
+                              allow_partial=allow_partial)
+    return _check_pulled(series, query, min_history, max_missing_fraction, nans)
+
+
+def _pull_grid(source: PrometheusSource, query: str, start: datetime, end: datetime, step_s: int, *,
+               combine: Combine, name: str, allow_partial: bool) -> tuple[Series, str]:
+    """``query`` over [start, end] on the ``step_s`` grid (gaps NaN), and what its NaN samples were
+    ("" when none)."""
     t0 = math.ceil(_epoch(start) / step_s) * step_s
     last_eval = math.floor(_epoch(end) / step_s) * step_s
     n = (last_eval - t0) // step_s  # steps [t0 + i·step, t0 + (i+1)·step), evaluated at their end
@@ -100,7 +123,7 @@ def pull_history(
     first_eval = t0 + step_s
     found = source.range(query, _dt(first_eval), _dt(last_eval), step_s, allow_partial=allow_partial)
     if len(found) > 1 and combine != "sum":
-        labels = "; ".join(str(dict(s.labels)) for s in found[:4])
+        labels = source.hide_secrets("; ".join(str(dict(s.labels)) for s in found[:4]))
         raise DuplicateSeriesError(
             f"history query {query!r} returned {len(found)} series ({labels}); aggregate them in the "
             "query with sum(…) or sum by (…), or ask for their sum")
@@ -116,26 +139,47 @@ def pull_history(
         grid = np.where(present, np.nansum(np.where(np.isfinite(stacked), stacked, 0.0), axis=0), np.nan)
     series = Series(values=grid, start=pd.Timestamp(t0, unit="s", tz="UTC"), step_seconds=step_s,
                     name=name, value_kind=ValueKind.RATE, source=f"prometheus:{query}")
-    return _check_pulled(series, query, min_history, max_missing_fraction)
+    return series, _nan_note(found)
+
+
+def _nan_note(found: list[RangeSeries]) -> str:
+    """How many of the samples Prometheus answered were NaN, and the first one's time ("" when none)."""
+    total = sum(len(s.values) for s in found)
+    nan_times = [s.timestamps[np.isnan(s.values)] for s in found]
+    count = sum(len(t) for t in nan_times)
+    if not count:
+        return ""
+    first = min(float(t[0]) for t in nan_times if len(t))
+    return (f"{count} of its {total} samples were NaN, the first at {iso_utc(first)} — Prometheus's answer "
+            "for 0/0 (e.g. a ratio over no requests); NaN counts as missing, never as 0")
 
 
 def _check_pulled(series: Series, query: str, min_history: timedelta | None,
-                  max_missing_fraction: float | None) -> Series:
+                  max_missing_fraction: float | None, nans: str = "") -> Series:
     present = np.flatnonzero(np.isfinite(series.values))
     if present.size == 0:
         if min_history is None:
             return series
+        if nans:
+            raise DataError(f"history query {query!r} returned no usable data between {series.start} and "
+                            f"{series.end}: {nans}; guard the divisor in the query (e.g. … / (x > 0)) or check "
+                            "its scrape target in the Prometheus UI")
         raise DataError(f"history query {query!r} returned no data between {series.start} and "
                         f"{series.end}; check the metric name and labels in the Prometheus UI")
     observed = series.slice(int(present[0]), len(series))
     # Length is what was observed, first to last value: a metric that stopped 12 days ago
     # has not got 21 days of history because the window is 21 days long.
-    check_history(series.slice(int(present[0]), int(present[-1]) + 1), min_history)
+    try:
+        check_history(series.slice(int(present[0]), int(present[-1]) + 1), min_history)
+    except DataError as exc:  # too short or too gappy: say when NaN samples made it so
+        if not nans:
+            raise
+        raise type(exc)(f"{exc}; {nans}") from exc
     if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
         raise DataError(
             f"history query {query!r}: {observed.missing_fraction:.0%} of the steps since "
-            f"{observed.start} are missing (> {max_missing_fraction:.0%} allowed); fix the scrape "
-            "gaps or allow more missing data")
+            f"{observed.start} are missing (> {max_missing_fraction:.0%} allowed){'; ' + nans if nans else ''}; "
+            "fix the scrape gaps or allow more missing data")
     return observed if min_history is not None else series
 
 

@@ -37,31 +37,41 @@ Facts this relies on (measured on Prometheus 2.42):
   staleness is checked (``freshness_query``);
 - 400 ``bad_data`` / 422 ``execution`` are the query's fault (do not retry);
   503 ``timeout``, other 5xx, 429 and connection failures are retried.
+
+Every value is checked as a trace's is (:func:`impossible_value`): a negative value, ±Inf or one
+above :data:`MAX_PLAUSIBLE_VALUE` is refused with :class:`ImpossibleValueError`, naming the query,
+the sample's time and what is wrong with it. NaN is not refused: Prometheus itself answers NaN
+for 0/0 (a ratio over no requests) and for a series with too few samples in its range, so a NaN
+sample is *missing*, never 0 — a gap in a history, a held decision in the controller — and the
+messages about missing data say how many samples were NaN. A malformed answer (values that are not
+numbers, duplicate or unordered timestamps, samples outside the asked range) is a SourceError.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from functools import partial, wraps
 from types import MappingProxyType
-from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Literal, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
+from urllib3.exceptions import NameResolutionError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.core.values import DemandSample
-from predictive_scaler.errors import SourceError
+from predictive_scaler.errors import DataError, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +80,17 @@ SKEW_PROBE = timedelta(minutes=15)
 
 #: Prometheus refuses range queries of more than this many points per series.
 MAX_POINTS_PER_SERIES = 11_000
+
+#: Largest value a demand or GPU query may answer. No workload serves 10^15 requests a second or
+#: holds 10^15 GPUs, and beyond 2^53 (about 9e15) a float64 no longer holds every whole number, so
+#: sums and squares of such values lose their units; a larger value is a unit mix-up (bytes read
+#: as requests) or a corrupt answer, and training on it would scale to the maximum for nothing.
+MAX_PLAUSIBLE_VALUE = 1e15
+
+#: A range answer with more series than this is refused before its samples are read: every caller
+#: wants one number (or sums a handful), and a query that fans out into thousands of series is the
+#: wrong query — reading it would only cost the memory and time to say so.
+MAX_SERIES = 1_000
 
 Combine = Literal["error", "sum"]
 
@@ -88,6 +109,16 @@ class PartialDataError(SourceError):
 
 class DuplicateSeriesError(SourceError):
     """A query meant to give one number returned several series."""
+
+
+class ImpossibleValueError(SourceError, DataError):
+    """Prometheus answered a value no demand or GPU count can have: negative, ±Inf, or above
+    :data:`MAX_PLAUSIBLE_VALUE`.
+
+    Bad data, refused as a trace's bad value is (a DataError), that came from the source (a
+    SourceError): the controller's reconcile treats it as missing data and keeps running, the
+    retraining job as a failed scaler, never as something to train on.
+    """
 
 
 @dataclass(frozen=True)
@@ -149,7 +180,30 @@ class PrometheusRetry:
 
 
 class _Retryable(Exception):
-    """Internal: a failure worth another attempt."""
+    """Internal: a failure worth another attempt. ``summary`` says what happened ("timed out after
+    2 s"), ``advice`` what to do once no attempt is left."""
+
+    def __init__(self, summary: str, advice: str) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.advice = advice
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _hiding_secrets(method: _Method) -> _Method:
+    """``method`` of a :class:`PrometheusSource`, its SourceErrors' messages passed through
+    :meth:`PrometheusSource.hide_secrets` (they may quote what the server wrote)."""
+    @wraps(method)
+    def wrapper(self: PrometheusSource, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SourceError as exc:
+            exc.args = tuple(self.hide_secrets(a) if isinstance(a, str) else a for a in exc.args)
+            raise
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -173,16 +227,18 @@ class PrometheusSource:
     session: requests.Session = field(default_factory=requests.Session)
     #: No retry starts that would end later than this after the first attempt (on ``clock``).
     retry_budget_seconds: float = 30.0
+    #: What the user sets the timeout with (a command's ``--timeout``), named when a call times out.
+    timeout_setting: str = "the Prometheus timeout"
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise SourceError(f"Prometheus URL {redact_url(self.url)!r} must start with http:// or https://, "
-                              "e.g. http://prometheus-operated.monitoring:9090")
+        _check_url(self.url)
         self.url = self.url.rstrip("/")
         #: The URL as every message shows it: credentials in it never printed.
         self.shown = redact_url(self.url)
+        self._secrets = _secrets_of(self.url)
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise SourceError(f"Prometheus timeout must be a positive number of seconds, got {self.timeout!r}")
+            raise SourceError(f"{self.timeout_setting} must be a positive number of seconds, got {self.timeout!r}; "
+                              "e.g. 30")
         if not 2 <= self.max_points_per_series <= MAX_POINTS_PER_SERIES:
             raise SourceError(f"max_points_per_series must be in 2..{MAX_POINTS_PER_SERIES}, "
                               f"got {self.max_points_per_series}")
@@ -197,6 +253,13 @@ class PrometheusSource:
         if _keep_response not in self.session.hooks["response"]:
             self.session.hooks["response"].append(_keep_response)
 
+    def hide_secrets(self, text: str) -> str:
+        """``text`` with the URL's user and password replaced by ``***``: for text a server wrote, which
+        may echo them back (an error quoting the request, a redirect's Location)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
     # -- connection check -------------------------------------------------------------------------
     def client(self, timeout: float | None = None) -> PrometheusConnect:
         """prometheus-api-client on this source's session and headers, with its urllib3 retries off
@@ -204,8 +267,11 @@ class PrometheusSource:
         timeout = self.timeout if timeout is None else timeout
         client = self._clients.get(timeout)
         if client is None:
+            # read=False: a read timeout is raised as itself, so requests reports a ReadTimeout
+            # (with read unset, urllib3 wraps it in MaxRetryError and requests calls that a
+            # ConnectionError: a slow Prometheus would read as one that cannot be reached).
             client = PrometheusConnect(url=self.url, headers=dict(self.headers) or None, session=self.session,
-                                       retry=Retry(total=0, raise_on_status=False),
+                                       retry=Retry(total=0, read=False, raise_on_status=False),
                                        timeout=timeout)  # type: ignore[arg-type]
             self._clients[timeout] = client
         return client
@@ -215,16 +281,23 @@ class PrometheusSource:
 
         It asks the query API, not the root page: Prometheus answers ``/`` with a redirect to its UI,
         and no redirect is followed."""
+        problem = self._check_connection(timeout)
+        return None if problem is None else self.hide_secrets(problem)
+
+    def _check_connection(self, timeout: float) -> str | None:
         try:
             resp = self.session.get(f"{self.url}/api/v1/query", params={"query": "1"},
                                     headers=dict(self.headers), timeout=timeout)
         except requests.RequestException as exc:
-            return f"Prometheus at {self.shown} unreachable ({type(exc).__name__})"
+            failure = _transport_error(exc, self.shown, timeout, self.timeout_setting)
+            what = failure.summary if isinstance(failure, _Retryable) else type(exc).__name__
+            return f"Prometheus at {self.shown} unreachable ({what})"
         except SourceError as exc:
             return str(exc)
         return None if resp.ok else f"Prometheus at {self.shown} answered with an error status"
 
     # -- queries --------------------------------------------------------------------------------
+    @_hiding_secrets
     def query(self, query: str, at: datetime | None = None) -> QueryResult:
         """Instant query at ``at`` (default: the clock's now); warnings are returned, not raised."""
         at = self.clock.now() if at is None else at
@@ -246,12 +319,15 @@ class PrometheusSource:
         _check_partial(res, query, allow_partial)
         return list(res.samples)
 
+    @_hiding_secrets
     def range(self, query: str, start: datetime, end: datetime, step: timedelta | int,
               *, allow_partial: bool = False) -> list[RangeSeries]:
         """Range query over [start, end], split into chunks of at most ``max_points_per_series`` points.
 
         Series are merged across chunks by label set, in order of first appearance. Each chunk is one
         ``custom_query_range`` of prometheus-api-client, which sends start and end in whole seconds.
+        Values are demand or GPU figures: an impossible one raises :class:`ImpossibleValueError`
+        (NaN stays, as missing); a malformed answer raises SourceError (see the module doc).
         """
         step_s = _step_seconds(step)
         t0, t1 = _epoch(start), _epoch(end)
@@ -270,9 +346,19 @@ class PrometheusSource:
             if data.get("resultType") != "matrix":
                 raise SourceError(f"range query {query!r} returned a {data.get('resultType')!r}, not a "
                                   "matrix; write a query that yields an instant vector")
-            for item in _as_list(data.get("result"), query):
-                labels, ts, vals = _range_item(item, query)
+            result = _as_list(data.get("result"), query)
+            if len(result) > MAX_SERIES:
+                raise DuplicateSeriesError(
+                    f"range query {query!r} returned {len(result)} series (more than {MAX_SERIES}, refused before "
+                    "reading them); a demand query yields one number: aggregate them in the query with sum(…)")
+            in_chunk: set[tuple[tuple[str, str], ...]] = set()
+            for item in result:
+                labels, ts, vals = _range_item(item, query, chunk_start, chunk_end)
                 key = tuple(sorted(labels.items()))
+                if key in in_chunk:
+                    raise SourceError(f"Prometheus answered {query!r} with the series {_format_labels(labels)} twice "
+                                      f"in one answer (duplicate timestamps), {_NOT_PROMETHEUS}")
+                in_chunk.add(key)
                 labels_of.setdefault(key, labels)
                 parts = merged.setdefault(key, ([], []))
                 parts[0].append(ts)
@@ -280,9 +366,12 @@ class PrometheusSource:
             chunk_start = chunk_end + step_s
         series = [RangeSeries(labels=labels_of[k], timestamps=np.concatenate(t), values=np.concatenate(v))
                   for k, (t, v) in merged.items()]
+        for one in series:
+            _check_order(one.timestamps, query)
         _check_partial(QueryResult(tuple(series), tuple(dict.fromkeys(warns))), query, allow_partial)
         return series
 
+    @_hiding_secrets
     def scalar_now(
         self,
         query: str,
@@ -294,7 +383,9 @@ class PrometheusSource:
     ) -> DemandSample:
         """One number for ``now`` (None: the clock's now), or a DemandSample marked missing — never 0 for no data.
 
-        - no series → missing ("no data"), NaN or ±Inf → missing;
+        - no series → missing ("no data"); NaN → missing (Prometheus's 0/0); a negative value, ±Inf or
+          one above :data:`MAX_PLAUSIBLE_VALUE` → missing, with the reason it is refused (the
+          controller must keep running, and must not act on it);
         - several series → :class:`DuplicateSeriesError` (aggregate in PromQL with ``sum(…)`` or
           ``sum by (…)``), unless ``combine="sum"`` asks for their sum; a NaN in any series
           makes the sum missing, since a partial sum would read as a drop in demand;
@@ -318,11 +409,18 @@ class PrometheusSource:
                 f"query {query!r} returned {len(samples)} series ({shown}) where one number was "
                 "expected; aggregate them in the query with sum(…) or sum by (…), or ask for their sum")
         values = [s.value for s in samples]
-        if not all(math.isfinite(v) for v in values):
+        at = iso_utc(_epoch(now))
+        for v in values:
+            problem = impossible_value(v)
+            if problem is not None:
+                return DemandSample.absent(
+                    f"query {query!r} returned an impossible value at {at}: {problem}; refused and treated as "
+                    "missing data (nothing is scaled on it) — fix the query or the exporter")
+        if any(math.isnan(v) for v in values):
             return DemandSample.absent(
-                f"query {query!r} returned a non-finite value {values} at {now.isoformat()}; a rate or "
-                "ratio over no samples is NaN — check that the scrape target is up and that the range "
-                "(e.g. [2m]) covers at least two scrapes")
+                f"query {query!r} returned NaN at {at}: Prometheus's answer for 0/0 (a ratio over no "
+                "requests) or a rate over fewer than two samples; NaN is missing data, never 0 — check "
+                "that the scrape target is up and that the range (e.g. [2m]) covers at least two scrapes")
         value = float(sum(values))
         observed_at = _utc(now)
         if freshness_query is not None:
@@ -332,6 +430,10 @@ class PrometheusSource:
             if not stamps:
                 return DemandSample.absent(
                     f"freshness query {freshness_query!r} returned no sample time at {now.isoformat()}")
+            if not _plausible_time(min(stamps)):
+                return DemandSample.absent(
+                    f"freshness query {freshness_query!r} returned {min(stamps):g}, not a sample time (seconds "
+                    "since 1970); it must yield timestamp(…) of the demand's series — fix the query")
             observed_at = datetime.fromtimestamp(min(stamps), UTC)
         age = _utc(now) - observed_at
         if age > max_age:
@@ -381,10 +483,11 @@ class PrometheusSource:
 
         def give_up(state: RetryCallState) -> _Answer:
             last = state.outcome.exception() if state.outcome else None
+            summary, advice = ((last.summary, last.advice) if isinstance(last, _Retryable) else
+                               (str(last), "check that it is up and reachable (its /-/ready endpoint)"))
             raise SourceError(
-                f"Prometheus at {self.shown} failed {state.attempt_number} times for {query!r}: {last}; "
-                "check that it is up and reachable (its /-/ready endpoint), or raise the timeout"
-            ) from (last.__cause__ or last) if last else None
+                f"Prometheus at {self.shown}: {summary} — {state.attempt_number} attempt(s) failed for "
+                f"{query!r}; {advice}") from (last.__cause__ or last) if last else None
 
         def pause(seconds: float) -> None:
             self.sleep(seconds)
@@ -400,7 +503,7 @@ class PrometheusSource:
         try:
             resp = self.session.get(url, params=params, headers=dict(self.headers), timeout=self.timeout)
         except requests.RequestException as exc:
-            raise _transport_error(exc, redact_url(url), self.timeout) from exc
+            raise _transport_error(exc, self.shown, self.timeout, self.timeout_setting) from exc
         return self._answer(resp, query)
 
     def _range_once(self, query: str, start: float, end: float, step_s: int) -> _Answer:
@@ -417,52 +520,98 @@ class PrometheusSource:
                 query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
                 step=str(step_s), params={"timeout": f"{self.timeout:g}s"})
         except (requests.Timeout, requests.ConnectionError) as exc:
-            raise _transport_error(exc, f"{self.shown}/api/v1/query_range", self.timeout) from exc
+            raise _transport_error(exc, self.shown, self.timeout, self.timeout_setting) from exc
         except (PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:  # incl. a JSON decode error
             answered = _CAPTURE.responses[-1] if _CAPTURE.responses else None
             if answered is not None:
                 self._answer(answered, query)  # raises what the raw path raises for this answer
-            raise SourceError(f"Prometheus answered {query!r} badly ({exc}); is {self.shown} Prometheus?") from exc
+            if isinstance(exc, requests.RequestException):  # e.g. InvalidURL, also a ValueError
+                raise _transport_error(exc, self.shown, self.timeout, self.timeout_setting) from exc
+            # The exception's text may quote the server's body: shown escaped and cut short.
+            raise SourceError(f"Prometheus answered {query!r} badly ({_quoted(str(exc))}); is {self.shown} "
+                              "Prometheus?") from exc
         except requests.RequestException as exc:
-            raise _transport_error(exc, f"{self.shown}/api/v1/query_range", self.timeout) from exc
+            raise _transport_error(exc, self.shown, self.timeout, self.timeout_setting) from exc
         finally:
             responses, _CAPTURE.responses = _CAPTURE.responses, None
         data, warns = self._answer(responses[-1], query)
         return {**data, "result": result}, warns
 
     def _answer(self, resp: requests.Response, query: str) -> _Answer:
-        """Prometheus's JSON answer as (data, warnings), or the error it means."""
+        """Prometheus's JSON answer as (data, warnings), or the error it means.
+
+        Text the server wrote (its error, its warnings, its body) is shown escaped and cut short:
+        whatever answers at the URL must not write control characters or pages into our messages."""
         url = redact_url(resp.url.split("?", 1)[0])
         body = _json_body(resp)
-        verdict = _status_verdict(resp.status_code)
+        status = resp.status_code
+        verdict = _status_verdict(status)
         if verdict == "retry":
             reason = (body or {}).get("error") or resp.reason
-            raise _Retryable(f"HTTP {resp.status_code} ({reason})")
+            raise _Retryable(f"answered HTTP {status} ({_escaped(str(reason), 80)})",
+                             "it is throttling (429) or failing (5xx): check its logs and its /-/ready endpoint, "
+                             "then run again")
+        if verdict not in ("ok", "refused"):
+            raise SourceError(f"{url} {_REFUSALS[verdict].format(status=status, base=self.shown)}")
         if body is None:
+            page = _looks_like_html(resp)
             raise SourceError(
-                f"{url} answered HTTP {resp.status_code} with a body that is not Prometheus JSON "
-                f"({resp.text[:120]!r}); check that the URL points at Prometheus, not a proxy or UI")
+                f"{url} answered HTTP {status} with {'an HTML page' if page else 'a body that is not Prometheus JSON'} "
+                f"({_quoted(resp.text, 120)}); check that the URL points at Prometheus's own address, not "
+                f"{'a login page, Grafana or another UI' if page else 'a proxy or another service'}")
+        if body.get("status") not in ("success", "error"):
+            raise SourceError(f"{url} answered with status {_quoted(str(body.get('status')), 40)}, neither "
+                              f"'success' nor 'error'; is {self.shown} Prometheus?")
         if verdict == "refused" or body.get("status") != "success":
-            kind = body.get("errorType", f"HTTP {resp.status_code}")
-            raise SourceError(f"Prometheus refused {query!r}: {kind}: {body.get('error', resp.reason)}; "
-                              "fix the query (try it in the Prometheus UI)")
+            kind = _escaped(str(body.get("errorType", f"HTTP {status}")), 40)
+            error = _escaped(str(body.get("error", resp.reason)), 300)
+            raise SourceError(f"Prometheus refused {query!r}: {kind}: {error}; fix the query (try it in the "
+                              "Prometheus UI)")
         data = body.get("data")
         if not isinstance(data, dict):
             raise SourceError(f"Prometheus answered {query!r} without a data object; is {self.shown} Prometheus?")
         warns = body.get("warnings") or []
-        return data, tuple(str(w) for w in warns)
+        if not isinstance(warns, list):
+            raise SourceError(f"Prometheus answered {query!r} with warnings that are not a list; is {self.shown} "
+                              "Prometheus?")
+        return data, tuple(_escaped(str(w), 200) for w in warns[:5]) + (
+            (f"… and {len(warns) - 5} more warning(s)",) if len(warns) > 5 else ())
 
 
 _Answer = tuple[dict[str, Any], tuple[str, ...]]
 
 
-def _status_verdict(status: int) -> Literal["ok", "retry", "refused"]:
+Verdict = Literal["ok", "retry", "refused", "redirect", "credentials", "permission", "no-api"]
+
+
+def _status_verdict(status: int) -> Verdict:
     """What the HTTP status of a Prometheus answer says on its own, the one place that reads it:
-    ``retry`` (throttled, or a server error: it may work later), ``refused`` (any other answer but
-    OK: the query's fault, the body says why), ``ok``."""
+    ``retry`` (throttled, or a server error: it may work later); ``redirect`` (one without a
+    Location; those with one are refused by :func:`_refuse_redirect` before this); ``credentials``
+    (401: who is asking is not accepted); ``permission`` (403: accepted, not allowed); ``no-api``
+    (404: no Prometheus API at that path — Prometheus answers a bad query with 400/422, never 404);
+    ``refused`` (any other answer but OK: the query's fault, the body says why); ``ok``."""
     if status == 429 or status >= 500:
         return "retry"
-    return "ok" if status == 200 else "refused"
+    if 300 <= status < 400:
+        return "redirect"
+    by_status: dict[int, Verdict] = {200: "ok", 401: "credentials", 403: "permission", 404: "no-api"}
+    return by_status.get(status, "refused")
+
+
+#: What each refusing verdict tells the user (``{status}``, ``{base}``: the URL, credentials hidden).
+_REFUSALS: dict[str, str] = {
+    "redirect": ("answered a redirect (HTTP {status}) without a Location; redirects are never followed: use "
+                 "the address Prometheus answers at directly"),
+    "credentials": ("refused the credentials (HTTP {status} Unauthorized): a proxy or Prometheus in front "
+                    "asks for a login; put the user and password in the URL (http://user:password@host:9090) "
+                    "or check the ones it has"),
+    "permission": ("denied permission (HTTP {status} Forbidden): the credentials were accepted but may not "
+                   "query Prometheus; grant them read access to Prometheus's query API, or use other ones"),
+    "no-api": ("does not exist (HTTP {status} Not Found): no Prometheus query API at that path; give "
+               "Prometheus's base URL — with its path prefix if it is served under one (--web.route-prefix, "
+               "e.g. {base}/prometheus)"),
+}
 
 
 class _Capture(threading.local):
@@ -519,12 +668,135 @@ def _refuse_redirect(resp: requests.Response, *args: Any, **kwargs: Any) -> requ
     return resp
 
 
-def _transport_error(exc: requests.RequestException, url: str, timeout: float) -> Exception:
-    if isinstance(exc, requests.Timeout):
-        return _Retryable(f"no answer within {timeout:g}s")
+def _transport_error(exc: requests.RequestException, shown: str, timeout: float, setting: str) -> Exception:
+    """What a failed request means, by the types of the exception and its causes (never its text,
+    which may hold the URL with its credentials): a :class:`_Retryable` for a timeout or a failed
+    connection, a SourceError otherwise."""
+    causes = list(_causes(exc))
+    if isinstance(exc, requests.exceptions.SSLError):
+        return SourceError(f"TLS with Prometheus at {shown} failed ({type(causes[-1]).__name__}): if it serves plain "
+                           "HTTP, give an http:// URL; if it serves HTTPS, check its certificate")
+    if any(isinstance(c, NameResolutionError | socket.gaierror) for c in causes):
+        host = urlsplit(shown).hostname or "?"
+        return _Retryable(f"cannot connect (the host name {host!r} does not resolve)",
+                          "check the host name in the URL (in a cluster: <service>.<namespace>.svc) and this "
+                          "machine's DNS")
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return _Retryable("cannot connect (connection refused)",
+                          "check the host and port in the URL and that Prometheus is running there (its /-/ready "
+                          "endpoint)")
+    if isinstance(exc, requests.ReadTimeout) or any(isinstance(c, ReadTimeoutError) for c in causes):
+        return _Retryable(f"timed out after {timeout:g} s",
+                          f"it took the connection but sent no answer in time: raise {setting} (now {timeout:g} s) "
+                          "if it is only slow, or check its load and the query's cost (try it in the Prometheus UI)")
+    if isinstance(exc, requests.Timeout):  # ConnectTimeout: nothing answered the connection itself
+        return _Retryable(f"cannot connect (no answer to the connection within {timeout:g} s)",
+                          "check the host and port in the URL and any firewall or network policy between here "
+                          f"and Prometheus; raise {setting} (now {timeout:g} s) if the network is that slow")
     if isinstance(exc, requests.ConnectionError):
-        return _Retryable(f"cannot connect ({type(exc).__name__})")
-    return SourceError(f"request to {url} failed: {exc}; check the Prometheus URL")
+        return _Retryable(f"cannot connect ({type(causes[-1]).__name__})",
+                          "check that the URL points at Prometheus and that nothing between here and it closes "
+                          "the connection")
+    return SourceError(f"a request to Prometheus at {shown} failed ({type(exc).__name__}); check the Prometheus URL")
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps (causes, contexts, urllib3's ``reason``, exceptions in ``args``),
+    outermost first; the innermost is last."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        one = todo.pop(0)
+        if id(one) in seen:
+            continue
+        seen.add(id(one))
+        yield one
+        inner = (one.__cause__, one.__context__, getattr(one, "reason", None), *one.args)
+        todo.extend(e for e in inner if isinstance(e, BaseException))
+
+
+def _check_url(url: str) -> None:
+    """Refuse a Prometheus URL requests would fail on later, with a message showing it without credentials
+    (requests' own errors quote the whole URL, password included)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError when the port is not a number in 0..65535
+    except ValueError:
+        raise SourceError(f"Prometheus URL {redact_url(url)!r} cannot be parsed (check the host and the port); "
+                          "give e.g. http://prometheus-operated.monitoring:9090") from None
+    bare = redact_url(urlunsplit(parts._replace(query="", fragment="")))
+    if parts.scheme not in ("http", "https"):
+        raise SourceError(f"Prometheus URL {bare!r} must start with http:// or https://, "
+                          "e.g. http://prometheus-operated.monitoring:9090")
+    if not parts.hostname:
+        raise SourceError(f"Prometheus URL {bare!r} has no host; give e.g. http://prometheus-operated.monitoring:9090")
+    if parts.query or parts.fragment:
+        # Shown without them: a query string is where a careless URL carries a token.
+        raise SourceError(f"Prometheus URL {bare!r} has a query string or fragment ('?…' or '#…'); give "
+                          "Prometheus's base URL only, with credentials as http://user:password@host if needed")
+    if parts.path.rstrip("/").endswith("/api/v1"):
+        raise SourceError(f"Prometheus URL {bare!r} ends in /api/v1; give Prometheus's base URL (without "
+                          "/api/v1: the API path is added to it)")
+
+
+def _secrets_of(url: str) -> tuple[str, ...]:
+    """The user and password in ``url``, as written and decoded, longest first. One shorter than 3
+    characters is left out: replacing it everywhere would garble every message, and it is never
+    printed from here (:func:`redact_url`), only if a server echoes it."""
+    parts = urlsplit(url)
+    found = {text for raw in (parts.username, parts.password) if raw for text in (raw, unquote(raw))}
+    return tuple(sorted((t for t in found if len(t) >= 3), key=len, reverse=True))
+
+
+def _quoted(text: str, limit: int = 200) -> str:
+    """``text`` as a quoted, escaped literal of at most ``limit`` characters: text a server wrote, shown
+    in a message without its control characters (no terminal escapes, no forged log lines)."""
+    cut = text[:limit]
+    more = f" … ({len(text) - limit} more characters)" if len(text) > limit else ""
+    return repr(cut) + more
+
+
+def _escaped(text: str, limit: int = 200) -> str:
+    """:func:`_quoted` without the quotes, for text that reads as part of a sentence (an error)."""
+    cut = text[:limit]
+    more = f" … ({len(text) - limit} more characters)" if len(text) > limit else ""
+    return repr(cut)[1:-1] + more
+
+
+def _looks_like_html(resp: requests.Response) -> bool:
+    kind = resp.headers.get("Content-Type", "").lower()
+    return "html" in kind or resp.text.lstrip()[:1] == "<"
+
+
+def iso_utc(epoch: float) -> str:
+    """``2026-01-05T00:01:00Z``: a sample's time as messages show it."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def impossible_value(value: float, raw: object = None) -> str | None:
+    """Why ``value`` cannot be a demand or GPU figure (negative, ±Inf, above
+    :data:`MAX_PLAUSIBLE_VALUE`), or None when it can be (NaN can: it is missing). ``raw`` is the
+    text Prometheus wrote, named when it overflowed a float."""
+    if math.isnan(value):
+        return None
+    if value == math.inf:
+        if isinstance(raw, str) and raw.strip().lstrip("+").lower() not in ("inf", "infinity"):
+            return f"{raw[:40]!r}, a number too large for a float (read as +Inf)"
+        return "+Inf (a division by zero in the query, x / 0)"
+    if value == -math.inf:
+        return "-Inf (a negative number divided by zero in the query)"
+    if value < 0:
+        return (f"{value:g}, a negative value (demand and GPU counts are never below 0: a counter read without "
+                "rate(), a subtraction in the query, or a broken exporter)")
+    if value > MAX_PLAUSIBLE_VALUE:
+        return (f"{value:g}, above {MAX_PLAUSIBLE_VALUE:g}, more than any workload's demand (a unit mix-up, "
+                "e.g. bytes read as requests, or a corrupt exporter)")
+    return None
+
+
+def _plausible_time(epoch: float) -> bool:
+    """A sample time (epoch seconds) a datetime can hold: 1970 to the year 9999."""
+    return math.isfinite(epoch) and 0 <= epoch <= 253_402_300_799
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -552,21 +824,43 @@ def _as_list(result: Any, query: str) -> list[Any]:
     return result
 
 
+_NOT_PROMETHEUS = "which no Prometheus writes; check that the URL points at Prometheus itself, not a proxy or another API"
+
+
 def _parse_value(raw: Any, query: str) -> float:
+    # Prometheus writes values as strings ("1.5", "NaN", "+Inf"); a JSON number is read too, but not
+    # true/false or null, which float() and numpy would read as 1, 0 and NaN.
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise SourceError(f"Prometheus answered {query!r} with a non-numeric value {_quoted(repr(raw), 60)}, "
+                          f"{_NOT_PROMETHEUS}")
     try:
         return float(raw)  # Prometheus writes "NaN", "+Inf", "-Inf" — float() reads them all
-    except (TypeError, ValueError) as exc:
-        raise SourceError(f"Prometheus answered {query!r} with a non-numeric value {raw!r}, which no "
-                          "Prometheus writes; check that the URL points at Prometheus itself, not a proxy "
-                          "or another API") from exc
+    except ValueError as exc:
+        raise SourceError(f"Prometheus answered {query!r} with a non-numeric value {_quoted(str(raw), 60)}, "
+                          f"{_NOT_PROMETHEUS}") from exc
+
+
+def _parse_time(raw: Any, query: str) -> float:
+    epoch = _parse_value(raw, query)
+    if not _plausible_time(epoch):
+        raise SourceError(f"Prometheus answered {query!r} with a sample time {_quoted(str(raw), 40)}, not a time "
+                          f"between 1970 and 9999, {_NOT_PROMETHEUS}")
+    return epoch
+
+
+def _labels(item: dict[str, Any], query: str) -> dict[str, str]:
+    metric = item.get("metric") or {}
+    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        raise SourceError(f"Prometheus answered {query!r} with labels that are not names and strings, "
+                          f"{_NOT_PROMETHEUS}")
+    return metric
 
 
 def _sample_from_pair(labels: Mapping[str, str], pair: Any, query: str) -> Sample:
     if not isinstance(pair, list | tuple) or len(pair) != 2:
-        raise SourceError(f"Prometheus answered {query!r} with a malformed sample {pair!r} (expected "
-                          "[time, \"value\"]); check that the URL points at Prometheus itself, not a proxy "
-                          "or another API")
-    ts = datetime.fromtimestamp(_parse_value(pair[0], query), UTC)
+        raise SourceError(f"Prometheus answered {query!r} with a malformed sample {_quoted(repr(pair), 80)} "
+                          f"(expected [time, \"value\"]), {_NOT_PROMETHEUS}")
+    ts = datetime.fromtimestamp(_parse_time(pair[0], query), UTC)
     return Sample(labels=labels, value=_parse_value(pair[1], query), timestamp=ts)
 
 
@@ -574,27 +868,65 @@ def _instant_sample(item: Any, query: str) -> Sample:
     if not isinstance(item, dict) or "value" not in item:
         raise SourceError(f"Prometheus answered {query!r} with a malformed vector element "
                           "(native histograms are not supported; query a float series)")
-    return _sample_from_pair(dict(item.get("metric") or {}), item["value"], query)
+    return _sample_from_pair(_labels(item, query), item["value"], query)
 
 
-def _range_item(item: Any, query: str) -> tuple[dict[str, str], np.ndarray, np.ndarray]:
+def _range_item(item: Any, query: str, first: float, last: float) -> tuple[dict[str, str], np.ndarray, np.ndarray]:
+    """One series of a range answer for [first, last] (epoch s): its labels, times and values, each checked."""
     if not isinstance(item, dict) or not isinstance(item.get("values"), list):
         raise SourceError(f"Prometheus answered {query!r} with a malformed matrix element "
                           "(native histograms are not supported; query a float series)")
+    labels = _labels(item, query)
     pairs = item["values"]
+    if not all(type(p) is list and len(p) == 2 for p in pairs):
+        bad = next(p for p in pairs if type(p) is not list or len(p) != 2)
+        raise SourceError(f"Prometheus answered {query!r} with a malformed sample {_quoted(repr(bad), 80)} "
+                          f"(expected [time, \"value\"]), {_NOT_PROMETHEUS}")
+    raw_ts = [p[0] for p in pairs]
+    raw_vals = [p[1] for p in pairs]
+    # One conversion per column once every element is a number or a string (numpy would read
+    # true as 1 and null as NaN); the slow path finds the bad element and names it.
+    if not all(type(t) in (int, float) for t in raw_ts) or not all(type(v) is str for v in raw_vals):
+        for t, v in zip(raw_ts, raw_vals, strict=True):
+            _parse_time(t, query)
+            _parse_value(v, query)
     try:
-        # One conversion per column; "NaN", "+Inf" and "-Inf" read as float() reads them.
-        ts = np.array([p[0] for p in pairs], dtype=float)
-        vals = np.array([p[1] for p in pairs], dtype=float)
-    except (TypeError, ValueError, IndexError, KeyError):
-        for p in pairs:  # find the bad sample and say what it is
-            if not isinstance(p, list | tuple) or len(p) != 2:
-                raise SourceError(f"Prometheus answered {query!r} with a malformed sample {p!r} (expected "
-                                  "[time, \"value\"]); check that the URL points at Prometheus itself") from None
-            _parse_value(p[0], query)
-            _parse_value(p[1], query)
-        raise SourceError(f"Prometheus answered {query!r} with a matrix numpy cannot read; is this Prometheus?") from None
-    return dict(item.get("metric") or {}), ts, vals
+        ts = np.array(raw_ts, dtype=float)
+        vals = np.array(raw_vals, dtype=float)
+    except (TypeError, ValueError):
+        for v in raw_vals:  # numpy reads strings float() reads, but say which one it did not
+            _parse_value(v, query)
+        raise SourceError(f"Prometheus answered {query!r} with a matrix numpy cannot read, {_NOT_PROMETHEUS}") from None
+    if not np.isfinite(ts).all():
+        _parse_time(raw_ts[int(np.argmin(np.isfinite(ts)))], query)  # raises, naming it
+    # prometheus-api-client sends start and end in whole seconds: a second of slack either side.
+    outside = (ts < first - 1) | (ts > last + 1)
+    if outside.any():
+        at = raw_ts[int(np.argmax(outside))]
+        raise SourceError(f"Prometheus answered {query!r} with a sample at {_quoted(str(at), 40)}, outside the "
+                          f"asked range {iso_utc(first)} → {iso_utc(last)}, {_NOT_PROMETHEUS}")
+    bad = ~np.isnan(vals) & ((vals < 0) | np.isinf(vals) | (vals > MAX_PLAUSIBLE_VALUE))
+    if bad.any():
+        i = int(np.argmax(bad))
+        problem = impossible_value(float(vals[i]), raw_vals[i])
+        raise ImpossibleValueError(
+            f"Prometheus answered {query!r} with an impossible value at {iso_utc(float(ts[i]))}: {problem}; "
+            f"refused ({int(bad.sum())} such sample(s) in this answer, the first named here): nothing is "
+            "trained or promoted on it — fix the query or the exporter (look at that time in the Prometheus UI)")
+    return labels, ts, vals
+
+
+def _check_order(ts: np.ndarray, query: str) -> None:
+    """Samples of one series strictly in time order: Prometheus answers each evaluation time once."""
+    steps = np.diff(ts)
+    if not (steps <= 0).any():
+        return
+    i = int(np.argmax(steps <= 0))
+    if steps[i] == 0:
+        raise SourceError(f"Prometheus answered {query!r} with two samples of one series at {iso_utc(float(ts[i]))} "
+                          f"(duplicate timestamps, or one series twice), {_NOT_PROMETHEUS}")
+    raise SourceError(f"Prometheus answered {query!r} with samples out of time order ({iso_utc(float(ts[i + 1]))} "
+                      f"after {iso_utc(float(ts[i]))}), {_NOT_PROMETHEUS}")
 
 
 def _format_labels(labels: Mapping[str, str]) -> str:

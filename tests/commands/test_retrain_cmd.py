@@ -9,7 +9,8 @@ The module's one Prometheus holds 21 days (2026-01-05 → 01-26, sampled every 6
 - ``drift``: clean for two weeks, then days 14-19 replaced by a smooth curve (a broken recording
   rule), clean again for the last 2 days (the holdout) — the second week's challenger calibrates
   on the false calm, is worse on the holdout and is kept out;
-- ``broken``: a scaler whose query Prometheus refuses — skipped, the others unaffected.
+- ``broken``: a scaler whose query Prometheus refuses — failed, so each run exits 1 (the weekly
+  CronJob shows failed), the others unaffected.
 
 Two runs: week 1 at day 14, week 2 at day 21. The crash and corruption cases start from a copy of
 one week-1 store of ``chat``, ``gappy`` and ``drift`` and run week 2 against the same Prometheus.
@@ -160,7 +161,7 @@ class _Capture:
 
 
 def test_the_scalers_with_enough_history_are_trained(runs: Runs) -> None:
-    assert runs.exit_codes == (0, 0, 0)  # skips are expected outcomes, not failures
+    assert runs.exit_codes == (1, 1, 1)  # broken's refused query fails every run; the others are still trained
     for name in ("chat", "gappy", "drift"):
         assert runs.week1[name]["result"] == "promoted", runs.week1[name]["reason"]
         assert runs.store.serving(name, expected_series=name).manifest.metrics["retrain"]["run_id"] in ("w1", "w2")
@@ -169,13 +170,39 @@ def test_the_scalers_with_enough_history_are_trained(runs: Runs) -> None:
 @pytest.mark.parametrize(("name", "week", "reason"), [
     ("short", "week1", "insufficient history: 2.0 days < 14 days"),
     ("short", "week2", "insufficient history: 9.0 days < 14 days"),
-    ("broken", "week2", "SourceError"),
-], ids=["two-days", "nine-days", "query-refused"])
-def test_short_or_broken_history_is_skipped_with_its_reason(runs: Runs, name: str, week: str, reason: str) -> None:
+], ids=["two-days", "nine-days"])
+def test_short_history_is_skipped_with_its_reason(runs: Runs, name: str, week: str, reason: str) -> None:
     out = getattr(runs, week)[name]
     assert out["result"] == "skipped"
     assert reason in out["reason"]
     assert runs.store.pointer(name) is None  # nothing published: its controller stays reactive
+
+
+@pytest.mark.parametrize("week", ["week1", "week2", "week2_again"])
+def test_a_refused_query_fails_the_scaler_with_its_reason(runs: Runs, week: str) -> None:
+    out = getattr(runs, week)["broken"]
+    assert out["result"] == "failed"  # not done: the next run tries it again
+    assert "SourceError" in out["reason"] and "bad_data" in out["reason"] and "fix the query" in out["reason"]
+    assert runs.store.pointer("broken") is None
+
+
+def test_a_run_whose_scalers_are_only_skipped_succeeds(prometheus: PrometheusServer, tmp_path: Path) -> None:
+    code, out = retrain_json(prometheus, write_config(tmp_path / "scalers.yaml", "short"), tmp_path / "models", 21, "w3")
+    assert code == 0 and out["short"]["result"] == "skipped", out  # short history is this scaler's state
+
+
+def test_an_unreachable_prometheus_fails_the_run_with_the_reason(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.prometheus import free_port
+
+    code = main(["retrain", "--config", str(write_config(tmp_path / "scalers.yaml", "chat")),
+                 "--prometheus", f"http://127.0.0.1:{free_port()}", "--store", str(tmp_path / "models"),
+                 "--now", (START + pd.Timedelta(days=21)).isoformat(), "--timeout", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1, "the weekly CronJob must show failed"
+    [outcome] = json.loads(out)["scalers"]
+    assert outcome["result"] == "failed" and "cannot connect (connection refused)" in outcome["reason"], outcome
+    assert "1 scaler(s) failed, so this run fails (exit 1)" in err and "ml/chat: SourceError" in err, err
 
 
 def test_a_worse_challenger_is_not_promoted(runs: Runs) -> None:

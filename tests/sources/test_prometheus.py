@@ -169,7 +169,7 @@ def test_warnings_are_partial_data(prometheus_with_broken_remote: str) -> None:
 def test_server_down_is_a_source_error_after_retries() -> None:
     sleeps = Sleeps()
     src = PrometheusSource(f"http://127.0.0.1:{free_port()}", retries=3, backoff_seconds=0.5, sleep=sleeps)
-    with pytest.raises(SourceError, match="failed 4 times.*cannot connect"):
+    with pytest.raises(SourceError, match=r"cannot connect \(connection refused\) — 4 attempt\(s\) failed"):
         src.scalar_now(RATE, datetime(2024, 1, 1, tzinfo=UTC), timedelta(minutes=2))
     assert sleeps == [0.5, 1.0, 2.0]
     assert src.requests_made == 4
@@ -185,7 +185,7 @@ def test_retries_stop_within_the_budget_on_the_injected_clock() -> None:
 
     src = PrometheusSource(f"http://127.0.0.1:{free_port()}", retries=10, backoff_seconds=4, sleep=sleep,
                            clock=clock, retry_budget_seconds=30)
-    with pytest.raises(SourceError, match="failed 5 times"):
+    with pytest.raises(SourceError, match=r"5 attempt\(s\) failed"):
         src.scalar_now(RATE, None, timedelta(minutes=2))
     assert sleeps == [4.0, 8.0, 8.0, 8.0]  # the next 8 s would end 36 s after the first attempt
 
@@ -198,15 +198,24 @@ def test_a_bad_query_is_not_retried(prometheus_server: BackfilledPrometheus) -> 
     assert sleeps == [] and src.requests_made == 1
 
 
-def test_a_silent_server_times_out_and_is_retried() -> None:
+@pytest.mark.parametrize("call", ["instant", "range"])
+def test_a_silent_server_times_out_and_is_retried(call: str) -> None:
+    """A Prometheus that takes the connection and never answers has timed out — on the raw path and
+    through prometheus-api-client alike — and says which setting to raise; it is not unreachable."""
     with socket.socket() as listener:  # accepts connections (backlog) but never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         sleeps = Sleeps()
         src = PrometheusSource(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.2,
-                               retries=1, sleep=sleeps)
-        with pytest.raises(SourceError, match="no answer within 0.2s"):
-            src.instant("up", datetime(2024, 1, 1, tzinfo=UTC))
+                               retries=1, sleep=sleeps, timeout_setting="--timeout")
+        at = datetime(2024, 1, 1, tzinfo=UTC)
+        with pytest.raises(SourceError, match=r"timed out after 0.2 s — 2 attempt\(s\) failed") as caught:
+            if call == "instant":
+                src.instant("up", at)
+            else:
+                src.range("up", at - timedelta(hours=1), at, 60)
+        assert "raise --timeout (now 0.2 s)" in str(caught.value)
+        assert "cannot connect" not in str(caught.value)
         assert len(sleeps) == 1
 
 
@@ -219,8 +228,9 @@ OK_BODY = {"status": "success", "data": {"resultType": "vector",
     [
         ([(503, {"status": "error", "errorType": "timeout", "error": "query timed out"}), (200, OK_BODY)], 42.0),
         ([(429, "slow down"), (502, "<html>bad gateway</html>"), (200, OK_BODY)], 42.0),
-        ([(500, "oops")] * 3, "failed 3 times"),
-        ([(200, "<html>grafana</html>")], "not Prometheus JSON"),
+        ([(500, "oops")] * 3, r"3 attempt\(s\) failed"),
+        ([(200, "<html>grafana</html>")], "an HTML page"),
+        ([(200, "hello")], "not Prometheus JSON"),
         ([(422, {"status": "error", "errorType": "execution",
                  "error": "many-to-many matching not allowed"})], "execution: many-to-many"),
         ([(200, {"status": "success", "data": {"resultType": "string", "result": [1, "x"]}})], "string"),
@@ -228,7 +238,7 @@ OK_BODY = {"status": "success", "data": {"resultType": "vector",
                                                "result": [{"metric": {}, "value": [1, "abc"]}]}})],
          "non-numeric"),
     ],
-    ids=["503-then-ok", "429-502-then-ok", "5xx-exhausts-retries", "html-body", "422-execution",
+    ids=["503-then-ok", "429-502-then-ok", "5xx-exhausts-retries", "html-body", "text-body", "422-execution",
          "string-result", "garbage-value"],
 )
 def test_http_faults(httpserver: HTTPServer, responses: list[tuple[int, object]], outcome: object) -> None:
@@ -371,8 +381,8 @@ def test_range_pulls_go_through_prometheus_api_client(prometheus_server: Backfil
     ("responses", "outcome"),
     [
         ([(503, {"status": "error", "errorType": "timeout", "error": "query timed out"}), (200, MATRIX_BODY)], 3),
-        ([(500, "oops")] * 3, "failed 3 times"),
-        ([(200, "<html>grafana</html>")], "not Prometheus JSON"),
+        ([(500, "oops")] * 3, r"3 attempt\(s\) failed"),
+        ([(200, "<html>grafana</html>")], "an HTML page"),
         ([(400, {"status": "error", "errorType": "bad_data", "error": "parse error"})], "bad_data: parse error"),
         ([(200, {**MATRIX_BODY, "warnings": ["remote store down"]})], "remote store down"),
         ([(200, {"status": "success", "data": {"resultType": "vector", "result": []}})], "not a matrix"),
@@ -404,7 +414,8 @@ def test_connection_check(prometheus_server: BackfilledPrometheus) -> None:
 
 @pytest.mark.parametrize(("status", "verdict"), [
     (200, "ok"), (429, "retry"), (500, "retry"), (502, "retry"), (503, "retry"),
-    (400, "refused"), (422, "refused"), (404, "refused"), (204, "refused"), (302, "refused"),
+    (400, "refused"), (422, "refused"), (204, "refused"), (302, "redirect"), (307, "redirect"),
+    (401, "credentials"), (403, "permission"), (404, "no-api"),
 ])
 def test_the_http_status_alone_says_retry_refused_or_ok(status: int, verdict: str) -> None:
     from predictive_scaler.sources.prometheus import _status_verdict
