@@ -37,6 +37,13 @@ class ModelError(ScalerError):
     """A model could not be fitted, or a model artifact is invalid or refused."""
 
 
+class StoreError(ModelError):
+    """The model store cannot be read or written as it stands: a full or read-only volume, missing
+    permissions, or something of the wrong kind where the store keeps its own files (a file for a
+    directory, a directory or a FIFO for its lock). The artifacts may be sound; the message says what
+    to fix. A :class:`ModelError`, so every caller that falls back on a refused model still does."""
+
+
 class SourceError(ScalerError):
     """A metrics source (Prometheus, a trace replay) failed or answered badly."""
 

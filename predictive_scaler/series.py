@@ -19,11 +19,21 @@ import zoneinfo
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
 
 from predictive_scaler.errors import ConfigError, DataError, InsufficientHistoryError, did_you_mean
+from predictive_scaler.yaml_input import (
+    MAX_TRACE_BYTES,
+    MAX_TRACE_LINE_BYTES,
+    TRACE_BYTES_ENV,
+    byte_limit,
+    excerpt,
+    open_regular,
+    scan_lines,
+)
 
 #: History the models need by default: two full weeks, so the weekly cycle is seen twice.
 DEFAULT_MIN_HISTORY = timedelta(days=14)
@@ -200,9 +210,12 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if isinstance(text, timedelta):
         return text
     if isinstance(text, int | float) and not isinstance(text, bool):
-        if not math.isfinite(text):
+        try:
+            seconds = float(text)
+        except OverflowError:  # a whole number too large for a float: absurd, refused below
+            seconds = math.inf if text > 0 else -math.inf
+        if not math.isfinite(seconds) and isinstance(text, float):
             raise DataError(f"duration must be finite, got {text!r}")
-        seconds = float(text)
     else:
         s = str(text).strip().lower()
         units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -210,10 +223,16 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
             seconds = float(s[:-1]) * units[s[-1]] if s and s[-1] in units else float(s)
         except ValueError:
             raise DataError(
-                f"cannot read duration {text!r}: write a number with a unit, e.g. 30s, 10m, 2h, 14d"
+                f"cannot read duration {excerpt(text)}: write a number with a unit, e.g. 30s, 10m, 2h, 14d"
             ) from None
     if not math.isfinite(seconds) or abs(seconds) > _MAX_DURATION_SECONDS:
-        raise DataError(f"duration {text!r} is not a usable length of time; write one such as 30s, 10m, 2h, 14d")
+        from predictive_scaler.spec import number_text
+
+        number = "" if isinstance(text, str) else number_text(text)
+        shown = excerpt(text) if isinstance(text, str) else (
+            f"of {number} of seconds" if number.startswith("a ") else f"{number} s")
+        raise DataError(f"duration {shown} is not a usable length of time (a finite one of at most 100 years); "
+                        "write one such as 30s, 10m, 2h, 14d")
     return timedelta(seconds=seconds)
 
 
@@ -253,39 +272,24 @@ def load_trace(
         hint = f" (it holds {', '.join(inside)})" if inside else ""
         raise DataError(f"{p}: is a directory, not a trace file{hint}; give the path of one timestamp,value "
                         "CSV or Parquet file")
-    if not p.is_file():
-        raise DataError(f"{p}: not a regular file; give the path of a timestamp,value CSV or Parquet file")
-    if p.suffix.lower() in (".parquet", ".pq"):
-        try:
-            frame = pd.read_parquet(p)
-        except Exception as exc:  # pyarrow raises many types
-            raise DataError(f"{p}: not a readable Parquet file ({exc}); export it again as timestamp,value") from exc
-        header_rows = 0
-    else:
-        _sniff_text(p)
-        try:
-            frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
-        except pd.errors.EmptyDataError as exc:
-            raise DataError(f"{p}: the file is empty; a trace needs a 'timestamp,value' header and rows") from exc
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-            raise DataError(f"{p}: not a readable CSV file ({exc}); write one 'timestamp,value' pair per line"
-                            ) from exc
-        except OSError as exc:
-            raise DataError(f"{p}: cannot be read ({exc.strerror or exc}); check the path and its permissions"
-                            ) from exc
-        header_rows = 1
+    limit = byte_limit(TRACE_BYTES_ENV, MAX_TRACE_BYTES)
+    # One open file, checked to be regular (a FIFO or a device is refused, never read), is what is
+    # sniffed, measured and parsed: the path cannot be swapped in between.
+    with open_regular(p, what="a trace", remedy="give the path of a timestamp,value CSV or Parquet file",
+                      error=DataError, max_bytes=limit,
+                      too_big=f"{_SHORTER}, or raise the limit with {TRACE_BYTES_ENV}=BYTES") as fh:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            frame, header_rows = _read_parquet(p, fh), 0
+        else:
+            frame, header_rows = _read_csv(p, fh), 1
     return series_from_frame(frame, source=str(p), value_kind=kind, min_history=min_history,
                              name=name or p.stem, first_row=header_rows + 1, timezone=zone,
                              max_missing=max_missing)
 
 
-def _sniff_text(p: Path) -> None:
-    """Refuse, naming what it is, a file that is not UTF-8 CSV text (compressed, UTF-16, binary)."""
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(65536)
-    except OSError as exc:
-        raise DataError(f"{p}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from exc
+def _sniff_text(p: Path, head: bytes) -> None:
+    """Refuse, naming what it is, a file that is not UTF-8 CSV text (compressed, UTF-16, binary), from
+    ``head``, its first bytes (the caller opened it, once, as a regular file)."""
     what = None
     if head[:2] == b"\x1f\x8b":
         what = "gzip-compressed; decompress it first (gunzip)"
@@ -293,6 +297,8 @@ def _sniff_text(p: Path) -> None:
         what = "a ZIP archive; extract the CSV from it first"
     elif head[:4] == b"PAR1":
         what = "a Parquet file; name it .parquet"
+    elif head[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):  # before UTF-16: it shares the first two bytes
+        what = "UTF-32 text; save it as UTF-8"
     elif head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         what = "UTF-16 text; save it as UTF-8"
     elif b"\x00" in head:
@@ -305,6 +311,56 @@ def _sniff_text(p: Path) -> None:
                 what = (f"not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); save it as UTF-8")
     if what is not None:
         raise DataError(f"{p}: the file is {what}")
+
+
+_SHORTER = "cut it into shorter files or resample it to a coarser step"
+
+
+def _read_csv(p: Path, fh: IO[bytes]) -> pd.DataFrame:
+    """The rows of the CSV trace open as ``fh``, once it is known to be text with no more rows than a
+    trace may hold (one per step of its grid) and no line longer than any row is."""
+    _sniff_text(p, fh.read(65536))
+    fh.seek(0)
+    scan = scan_lines(fh, max_lines=MAX_GRID_STEPS + 1, max_line_bytes=MAX_TRACE_LINE_BYTES)
+    fh.seek(0)
+    if scan.long_line is not None:
+        raise DataError(f"{p}: row {scan.long_line} is over {MAX_TRACE_LINE_BYTES:,} bytes long, which no "
+                        "timestamp,value row is; check that this is a trace: one 'timestamp,value' pair per line")
+    if scan.lines > MAX_GRID_STEPS + 1:
+        raise DataError(f"{p}: more than {MAX_GRID_STEPS:,} rows, the most a trace may hold; {_SHORTER}")
+    try:
+        return pd.read_csv(fh, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.EmptyDataError as exc:
+        raise DataError(f"{p}: the file is empty; a trace needs a 'timestamp,value' header and rows") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{p}: not a readable CSV file ({exc}); write one 'timestamp,value' pair per line") from exc
+
+
+def _read_parquet(p: Path, fh: IO[bytes]) -> pd.DataFrame:
+    """The Parquet trace open as ``fh``: its row count checked from the metadata before it is read, and
+    no column name or text cell longer than a row of a CSV trace may be."""
+    try:
+        import pyarrow.parquet as pq
+
+        rows = pq.ParquetFile(fh).metadata.num_rows
+        fh.seek(0)
+        frame = pd.read_parquet(fh) if rows <= MAX_GRID_STEPS else None
+    except Exception as exc:  # pyarrow raises many types
+        raise DataError(f"{p}: not a readable Parquet file ({exc}); export it again as timestamp,value") from exc
+    if frame is None:
+        raise DataError(f"{p}: {rows:,} rows, more than the {MAX_GRID_STEPS:,} a trace may hold; {_SHORTER}")
+    for column in frame.columns:
+        if len(str(column)) > MAX_TRACE_LINE_BYTES:
+            raise DataError(f"{p}: a column name is {len(str(column)):,} characters long ({excerpt(str(column))}); "
+                            "a trace has two columns, 'timestamp' and 'value'")
+        cells = frame[column]
+        if not (pd.api.types.is_numeric_dtype(cells) or pd.api.types.is_datetime64_any_dtype(cells)):
+            long = np.flatnonzero(cells.astype(str).str.len().to_numpy() > MAX_TRACE_LINE_BYTES)
+            if long.size:
+                raise DataError(f"{p}: row {int(long[0]) + 1}: the {excerpt(str(column))} cell is over "
+                                f"{MAX_TRACE_LINE_BYTES:,} characters long, which no timestamp or value is; check "
+                                "that this is a timestamp,value trace")
+    return frame
 
 
 def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
@@ -331,23 +387,14 @@ def series_from_frame(
     timezone: zoneinfo.ZoneInfo | None = None,
     max_missing: float | None = DEFAULT_MAX_MISSING,
 ) -> Series:
-    cols = [str(c).strip().lower().lstrip("\ufeff") for c in frame.columns]
-    if cols != ["timestamp", "value"]:
-        hint = ""
-        if len(cols) == 1 and any(sep in cols[0] for sep in (";", "\t", "|")):
-            hint = " (the columns look separated by something other than a comma: use commas)"
-        elif cols and _one_time(cols[0], bounded=False) is not None:
-            hint = " (the first line looks like data: add a 'timestamp,value' header line)"
-        raise DataError(
-            f"{source}: wrong columns {list(frame.columns)}{hint}; a trace has exactly two columns named "
-            "'timestamp' and 'value'"
-        )
-    frame.columns = ["timestamp", "value"]
+    frame = _trace_columns(frame, source, first_row)
     if len(frame) == 0:
         raise DataError(f"{source}: the file has a header but no rows; add timestamp,value rows")
 
     times = _parse_timestamps(frame["timestamp"], source, first_row, timezone)
-    values = _parse_values(frame["value"], source, first_row, value_kind)
+    # A reader that typed the columns (Parquet) said what the values are; a CSV is text throughout.
+    typed = not all(pd.api.types.is_string_dtype(frame[c]) for c in frame.columns)
+    values = _parse_values(frame["value"], source, first_row, value_kind, typed=typed)
 
     times = times.as_unit("ns")
     ns = times.asi8
@@ -388,6 +435,43 @@ def series_from_frame(
                     value_kind=value_kind, source=source)
     check_history(series, min_history, max_missing=max_missing)
     return series
+
+
+def _trace_columns(frame: pd.DataFrame, source: str, first_row: int) -> pd.DataFrame:
+    """The frame as its ``timestamp`` and ``value`` columns, in that order.
+
+    Named columns are taken in either order, and a timestamp index (a time-indexed frame written to
+    Parquet) as the timestamp column; anything else is refused, saying what it looks like.
+    """
+    cols = [str(c).strip().lower().lstrip("\ufeff") for c in frame.columns]
+    index_name = str(frame.index.name or "").strip().lower()
+    if cols == ["value"] and (index_name == "timestamp" or isinstance(frame.index, pd.DatetimeIndex)):
+        frame, cols = frame.reset_index(), ["timestamp", "value"]
+    elif cols == ["value", "timestamp"]:
+        frame, cols = frame[frame.columns[::-1]], ["timestamp", "value"]
+    if cols != ["timestamp", "value"]:
+        hint = ""
+        if len(cols) == 1 and any(sep in cols[0] for sep in (";", "\t", "|")):
+            hint = " (the columns look separated by something other than a comma: use commas)"
+        elif cols == ["value"]:
+            hint = (f" (no timestamp column, and the index ({excerpt(frame.index.name)}, of type "
+                    f"{frame.index.dtype}) holds no times: write the timestamps as a 'timestamp' column)")
+        elif cols and _one_time(cols[0], bounded=False) is not None:
+            hint = " (the first line looks like data: add a 'timestamp,value' header line)"
+        raise DataError(
+            f"{source}: wrong columns {excerpt(list(frame.columns))}{hint}; a trace has exactly two columns named "
+            "'timestamp' and 'value'"
+        )
+    text = [frame.index, *(frame[c] for c in frame.columns)]
+    if not isinstance(frame.index, pd.RangeIndex) and all(pd.api.types.is_string_dtype(c) for c in text):
+        # pandas reads a CSV whose rows hold one field more than its header with the first as the index.
+        first = ", ".join(excerpt(str(v)) for v in (frame.index[0], frame.iloc[0, 0], frame.iloc[0, 1]))
+        raise DataError(
+            f"{source}: row {first_row}: {first} is one field more than the 'timestamp,value' header: a timestamp "
+            "holding a comma, as an RFC 2822 date such as 'Mon, 01 Jan 2024 00:00:00 +0000' does, splits in two; "
+            "write ISO-8601 times (2024-01-01T00:00:00Z)"
+        )
+    return frame.set_axis(["timestamp", "value"], axis=1)
 
 
 def days_text(delta: timedelta, other: timedelta) -> str:
@@ -461,37 +545,34 @@ def _parse_timestamps(col: pd.Series, source: str, first_row: int,
         return _typed_timestamps(col, source, first_row, timezone)
     text = col.astype(str).str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
+    infinite = np.isinf(numeric.to_numpy(dtype=float))
+    if infinite.any():  # "inf" reads as a number, but is no epoch time (a 400-digit number stays one)
+        numeric = numeric.mask(infinite & text.str.fullmatch(r"[+-]?inf(?:inity)?", case=False).to_numpy(dtype=bool))
     if numeric.notna().all():
         return _epoch_seconds(text, numeric, source, first_row)
     if numeric.notna().any():
         i = int(np.flatnonzero(numeric.isna().to_numpy())[0])
         raise DataError(
-            f"{source}: row {i + first_row}: timestamp {text.iloc[i]!r} mixes with epoch-second rows; "
+            f"{source}: row {i + first_row}: timestamp {excerpt(text.iloc[i])} mixes with epoch-second rows; "
             "use one format for the whole file"
         )
     empty = np.flatnonzero((text == "").to_numpy())
     if empty.size:
         raise DataError(f"{source}: row {int(empty[0]) + first_row}: empty timestamp; every row needs one")
-    try:
-        readable = pd.to_datetime(text, errors="coerce", utc=True, format="ISO8601")
-    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
-        readable = pd.Series([_one_time(t) for t in text], index=text.index)
+    readable = _read_iso(text)
+    if readable.isna().any():  # RFC 3339 allows a lower-case t and z (2024-01-01t00:00:00z); pandas does not
+        readable = _read_iso(text.str.upper())
     if readable.isna().any():
         i = int(np.flatnonzero(readable.isna().to_numpy())[0])
-        if _one_time(text.iloc[i], bounded=False) is not None:
-            raise DataError(_range_message(source, i + first_row, text.iloc[i]))
-        raise DataError(
-            f"{source}: row {i + first_row}: cannot read timestamp {text.iloc[i]!r}; write ISO-8601 "
-            "(2024-01-31T12:00:00Z) or epoch seconds"
-        )
+        raise DataError(_unreadable_message(source, i + first_row, text.iloc[i]))
     offset = (text.str.endswith("Z") | text.str.endswith("z")).to_numpy(dtype=bool)
     if not offset.all():  # the slower look for numeric offsets only when some row lacks the Z
         offset = offset | text.str.contains(_HAS_OFFSET).to_numpy(dtype=bool)
     if offset.any() and not offset.all():
         i, j = int(np.flatnonzero(~offset)[0]), int(np.flatnonzero(offset)[0])
         raise DataError(
-            f"{source}: row {i + first_row}: timestamp {text.iloc[i]!r} has no UTC offset, but row "
-            f"{j + first_row} ({text.iloc[j]!r}) has one; a file mixing the two would be read hours apart — "
+            f"{source}: row {i + first_row}: timestamp {excerpt(text.iloc[i])} has no UTC offset, but row "
+            f"{j + first_row} ({excerpt(text.iloc[j])}) has one; a file mixing the two would be read hours apart — "
             "write every timestamp with its offset (Z for UTC)"
         )
     ts = pd.DatetimeIndex(readable)
@@ -500,6 +581,38 @@ def _parse_timestamps(col: pd.Series, source: str, first_row: int,
             raise DataError(_naive_message(source, first_row, text.iloc[0], "the timestamps have no UTC offset"))
         return _localize(ts, timezone, source, first_row)
     return _in_range(ts, source, first_row)
+
+
+def _read_iso(text: pd.Series) -> pd.Series:
+    """ISO-8601 times as UTC timestamps (NaT where a row is not one)."""
+    try:
+        return pd.to_datetime(text, errors="coerce", utc=True, format="ISO8601")
+    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        return pd.Series([_one_time(t) for t in text], index=text.index)
+
+
+# An ISO-8601 date, its year of any length (the group), then a time or nothing.
+_ISO_DATE = re.compile(r"^[+-]?(\d{4,})-\d{2}-\d{2}(?:[Tt ]|$)")
+
+
+def _unreadable_message(source: str, row: int, text: str) -> str:
+    """Why a timestamp cannot be read: a year out of range, another format (named), or not a time at all."""
+    fix = "write ISO-8601 (2024-01-31T12:00:00Z) or epoch seconds"
+    iso = _ISO_DATE.match(text)
+    if iso is not None:
+        year = iso.group(1)
+        if len(year) > 4 or not _FIRST_TIME.year <= int(year) <= _LAST_TIME.year:
+            return _range_message(source, row, text)
+    else:
+        import email.utils
+
+        if email.utils.parsedate_tz(text) is not None:
+            return (f"{source}: row {row}: timestamp {excerpt(text)} is an RFC 2822 date (as e-mail and HTTP headers "
+                    f"write them), not ISO-8601; {fix}")
+        if _one_time(text, bounded=False) is not None:
+            return (f"{source}: row {row}: timestamp {excerpt(text)} is a date, but not ISO-8601 (a date such as "
+                    f"01/02/2024 is 1 February in some countries and 2 January in others); {fix}")
+    return f"{source}: row {row}: cannot read timestamp {excerpt(text)}; {fix}"
 
 
 def _typed_timestamps(col: pd.Series, source: str, first_row: int,
@@ -516,14 +629,24 @@ def _typed_timestamps(col: pd.Series, source: str, first_row: int,
     return _in_range(ts.tz_convert("UTC"), source, first_row)
 
 
+#: Epoch times by their size: a time in the years 1678–2261 is below 1e11 in seconds (year 5138),
+#: below 1e14 in milliseconds and below 1e17 in microseconds (a time in 2024 is 1.7e9, 1.7e12, 1.7e15
+#: and 1.7e18 in each), so the unit of a value too big for seconds shows in its magnitude.
+_EPOCH_UNITS = ((1e14, "milliseconds", 10**3), (1e17, "microseconds", 10**6), (1e20, "nanoseconds", 10**9))
+
+
 def _epoch_seconds(text: pd.Series, numeric: pd.Series, source: str, first_row: int) -> pd.DatetimeIndex:
-    """Timestamps that are all numbers: epoch seconds (milliseconds are refused, not guessed)."""
-    big = np.flatnonzero(numeric.to_numpy() > _EPOCH_MS_THRESHOLD)
+    """Timestamps that are all numbers: epoch seconds (another unit is refused by name, not guessed)."""
+    big = np.flatnonzero(np.abs(numeric.to_numpy(dtype=float)) > _EPOCH_MS_THRESHOLD)
     if big.size:
         i = int(big[0])
+        size, shown = abs(float(numeric.iloc[i])), text.iloc[i]
+        unit, factor = next(((unit, factor) for limit, unit, factor in _EPOCH_UNITS if size < limit), ("", 0))
+        if not unit:  # too big for a time in any unit
+            raise DataError(_range_message(source, i + first_row, shown))
         raise DataError(
-            f"{source}: row {i + first_row}: timestamp {text.iloc[i]} looks like epoch milliseconds; "
-            "write epoch seconds (divide by 1000) or ISO-8601 times"
+            f"{source}: row {i + first_row}: timestamp {shown if len(shown) <= 40 else excerpt(shown)} looks like "
+            f"epoch {unit} (by its size); write epoch seconds (divide by {factor}) or ISO-8601 times"
         )
     seconds = numeric.to_numpy(dtype=float)
     out = np.flatnonzero((seconds < _FIRST_TIME.timestamp()) | (seconds > _LAST_TIME.timestamp()))
@@ -551,7 +674,7 @@ def _one_time(text: str, *, bounded: bool = True) -> pd.Timestamp | None:
 
 
 def _range_message(source: str, row: int, text: str) -> str:
-    return (f"{source}: row {row}: timestamp {text!r} is outside the years 1678–2261 this tool can hold; "
+    return (f"{source}: row {row}: timestamp {excerpt(text)} is outside the years 1678–2261 this tool can hold; "
             "check that row's year (a typo?) or its unit (epoch seconds)")
 
 
@@ -565,7 +688,7 @@ def _in_range(ts: pd.DatetimeIndex, source: str, first_row: int) -> pd.DatetimeI
 
 
 def _naive_message(source: str, first_row: int, example: str, what: str) -> str:
-    return (f"{source}: row {first_row}: {what} ({example!r}), so the time zone they were written in is "
+    return (f"{source}: row {first_row}: {what} ({excerpt(example)}), so the time zone they were written in is "
             "unknown; say which with --timezone (e.g. --timezone UTC or --timezone Europe/Berlin), or write "
             "every timestamp with its offset (…Z for UTC)")
 
@@ -595,9 +718,23 @@ def _localize(ts: pd.DatetimeIndex, zone: zoneinfo.ZoneInfo, source: str, first_
 _MISSING_TOKENS = {"", "nan", "NaN", "NAN", "null", "NULL", "None", "NA", "N/A"}
 
 
-def _parse_values(col: pd.Series, source: str, first_row: int, kind: ValueKind) -> np.ndarray:
+def _not_numbers(col: pd.Series) -> str | None:
+    """What a typed value column holds when it is not numbers (booleans would read as 0/1 demand)."""
+    kinds = ((pd.api.types.is_bool_dtype, "true/false values, which would read as 0/1 demand"),
+             (pd.api.types.is_datetime64_any_dtype, "times"), (pd.api.types.is_timedelta64_dtype, "durations"),
+             (lambda c: isinstance(c.dtype, pd.CategoricalDtype), "categories"),
+             (pd.api.types.is_complex_dtype, "complex numbers"))
+    return next((what for test, what in kinds if test(col)), None)
+
+
+def _parse_values(col: pd.Series, source: str, first_row: int, kind: ValueKind, *, typed: bool = False) -> np.ndarray:
+    """The value column as floats (NaN = missing); ``typed``: the file's reader typed it (Parquet)."""
+    what = _not_numbers(col)
+    if what is not None:
+        raise DataError(f"{source}: the value column is of type {col.dtype} ({what}), not numbers; write the "
+                        "demand as a float or integer column")
     if pd.api.types.is_numeric_dtype(col):
-        vals = col.to_numpy(dtype=float)
+        vals = col.to_numpy(dtype=float, na_value=np.nan)
     else:
         text = col.astype(str).str.strip()
         missing = text.isin(_MISSING_TOKENS).to_numpy()
@@ -605,14 +742,17 @@ def _parse_values(col: pd.Series, source: str, first_row: int, kind: ValueKind) 
         bad = np.flatnonzero(np.isnan(vals) & ~missing)
         if bad.size:
             i = int(bad[0])
+            held = f" (the value column holds {col.dtype} values, not numbers)" if typed else ""
             raise DataError(
-                f"{source}: row {i + first_row}: value {text.iloc[i]!r} is not a number; write a number, "
-                "or NaN for a missing observation"
+                f"{source}: row {i + first_row}: value {excerpt(text.iloc[i])} is not a number{held}; write a "
+                "number, or NaN for a missing observation"
             )
     inf = np.flatnonzero(np.isinf(vals))
     if inf.size:
         i = int(inf[0])
-        raise DataError(f"{source}: row {i + first_row}: value is infinite; write a finite number or NaN")
+        given = "" if pd.api.types.is_numeric_dtype(col) else f" {excerpt(str(col.iloc[i]).strip())}"
+        raise DataError(f"{source}: row {i + first_row}: value{given} is infinite (or too large for a number); write "
+                        "a finite number or NaN")
     neg = np.flatnonzero(vals < 0)
     if neg.size:
         i = int(neg[0])

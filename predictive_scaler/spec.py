@@ -48,6 +48,30 @@ WEEK = timedelta(days=7)
 #: Most scheduled events one scaler may list (each is checked at every reconcile).
 MAX_EVENTS = 100
 
+# -- numeric bounds --------------------------------------------------------------------------
+# Every number has both bounds, chosen wide enough for any real cluster and narrow enough that
+# nothing computed from them (demand ÷ capacity, replicas × GPUs × price) overflows or loses its
+# meaning; the CRD schema carries the same minimum and maximum.
+
+#: Most replicas one scaler may ask for. A Deployment's replica count is an int32, but Kubernetes
+#: is tested up to 150,000 pods in a cluster of 5,000 nodes: no GPU workload has 100,000 replicas.
+#: What a backtest can simulate is bounded apart (backtest/runner.py MAX_SIMULATION_WORK): a cap
+#: this high costs nothing there unless the replicas are really run.
+MAX_REPLICAS = 100_000
+#: Most GPUs on one node, so also in one replica (the largest GPU nodes hold 8 to 16 today).
+MAX_GPUS_PER_NODE = 64
+#: Most speculative GPUs a budget may allow: every replica of the largest scaler with the most GPUs.
+MAX_GPUS = MAX_REPLICAS * MAX_GPUS_PER_NODE
+#: Highest price of a GPU-hour in any currency: an H100 hour costs about 3 USD, 450 JPY or 75,000 VND.
+MAX_PRICE_PER_GPU_HOUR = 1e7
+#: Highest speculative cost per hour a budget may allow: the largest budget at the highest price.
+MAX_COST_PER_HOUR = MAX_GPUS * MAX_PRICE_PER_GPU_HOUR
+#: Demand one replica serves, in the demand query's unit: from one request in eleven days to a
+#: billion a second. Below it demand ÷ capacity overflows to infinity; above it every demand
+#: rounds up to one replica.
+MIN_REQUESTS_PER_REPLICA = 1e-6
+MAX_REQUESTS_PER_REPLICA = 1e9
+
 
 def _m(
     description: str,
@@ -70,6 +94,13 @@ def _m(
         "exclusive_maximum": exclusive_maximum,
         "min_length": min_length,
     }
+
+
+def field_bounds(cls: type, name: str) -> tuple[float, float]:
+    """(minimum, maximum) of a section's numeric field (every one has both), for code that must stay
+    within what the spec allows."""
+    md = next(f.metadata for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
+    return float(md["minimum"]), float(md["maximum"])
 
 
 def camel(name: str) -> str:
@@ -167,19 +198,24 @@ def _validate_scalar(tp: type, f: dataclasses.Field[Any], value: Any,
             fail(f"must be true or false, got {value!r}")
         return value
     if tp is int:
+        given = value
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             fail(f"must be a whole number, got {value!r}; write e.g. {f.default if isinstance(f.default, int) else 1}")
-        _check_bounds(md, value, fail)
+        _check_bounds(md, value, fail, given if isinstance(given, float) and given else None)
         return value
     if tp is float:
         if not _is_number(value):
             fail(f"must be a number, got {value!r}")
-        value = float(value)
+        given = value
+        try:
+            value = float(value) + 0.0  # + 0.0: a negative zero is zero (it would print as -0)
+        except OverflowError:  # a whole number too large for a float
+            value = math.inf if value > 0 else -math.inf
         if not math.isfinite(value):
-            fail(f"must be a finite number, got {value!r}")
-        _check_bounds(md, value, fail)
+            fail(f"must be a finite number, got {number_text(given)}")
+        _check_bounds(md, value, fail, given if isinstance(given, int) else None)
         return value
     if tp is str:
         if not isinstance(value, str):
@@ -219,18 +255,41 @@ def _validate_compound(cls: type, f: dataclasses.Field[Any], tp: Any, value: Any
     raise TypeError(f"spec field {cls.__name__}.{f.name} has an unsupported type {tp!r}")
 
 
-def _check_bounds(md: Mapping[str, Any], value: float, fail: typing.Callable[[str], typing.NoReturn]) -> None:
+def number_text(value: Any) -> str:
+    """A number as a message shows it: a whole number too long for a float (or a line) by its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        n = abs(value)
+        digits = int(n.bit_length() * math.log10(2)) + 1  # str() of a huge int is refused, and slow
+        digits -= n < 10 ** (digits - 1)
+        return f"a {digits:,}-digit number" if digits > 20 else f"{value:,}"
+    if isinstance(value, float | int):
+        return f"{value:g}"
+    return repr(value)
+
+
+def _bound(limit: float) -> str:
+    """A bound as a message shows it: whole ones in full (6400000, not 6.4e+06)."""
+    return str(int(limit)) if float(limit).is_integer() and abs(limit) < 1e16 else f"{limit:g}"
+
+
+def _check_bounds(md: Mapping[str, Any], value: float, fail: typing.Callable[[str], typing.NoReturn],
+                  given: Any = None) -> None:
+    """``value`` within the field's bounds; ``given`` is what the user wrote, when it shows better."""
     lo, hi = md.get("minimum"), md.get("maximum")
+    shown = number_text(value if given is None else given)
     if lo is not None:
         if md.get("exclusive_minimum") and not value > lo:
-            fail(f"must be greater than {lo:g}, got {value:g}; use a larger value")
+            fail(f"must be greater than {_bound(lo)}, got {shown}; use a larger value")
         if not md.get("exclusive_minimum") and value < lo:
-            fail(f"must be at least {lo:g}, got {value:g}; use a value of {lo:g} or more")
+            if 0 < lo < 1 and value <= 0:  # a fractional minimum (a smallest capacity) is first of all "positive"
+                fail(f"must be greater than 0 (at least {_bound(lo)}), got {shown}; use a larger value "
+                     f"({_bound(lo)} or more)")
+            fail(f"must be at least {_bound(lo)}, got {shown}; use a value of {_bound(lo)} or more")
     if hi is not None:
         if md.get("exclusive_maximum") and not value < hi:
-            fail(f"must be less than {hi:g}, got {value:g}; use a smaller value")
+            fail(f"must be less than {_bound(hi)}, got {shown}; use a smaller value")
         if not md.get("exclusive_maximum") and value > hi:
-            fail(f"must be at most {hi:g}, got {value:g}; use a value of {hi:g} or less")
+            fail(f"must be at most {_bound(hi)}, got {shown}; use a value of {_bound(hi)} or less")
 
 
 # -- the sections ----------------------------------------------------------------------------
@@ -274,7 +333,8 @@ class DemandSignal(_Settings):
 class Capacity(_Settings):
     requests_per_replica: float | None = field(default=None, metadata=_m(
         "Demand one replica serves within its latency SLO (same unit as the demand query, e.g. requests/s). "
-        "Required when demand.kind is 'requests'.", minimum=0, exclusive_minimum=True))
+        "Required when demand.kind is 'requests'.", minimum=MIN_REQUESTS_PER_REPLICA,
+        maximum=MAX_REQUESTS_PER_REPLICA))
     gpu_utilization_target: float = field(default=0.7, metadata=_m(
         "Target busy fraction of each GPU when demand.kind is 'dcgm-busy-gpus': replicas = busy GPUs / "
         "target / gpusPerReplica. The useful band is 0.6-0.8. Default: 0.7.", minimum=0.6, maximum=0.8))
@@ -386,11 +446,11 @@ class Budget(_Settings):
 
     max_gpus: int | None = field(default=None, metadata=_m(
         "Most speculative GPUs at any time: replicas above the reactive need plus whole nodes kept warm by "
-        "placeholders. Unset with maxCostPerHour unset means no speculation at all.", minimum=0))
+        "placeholders. Unset with maxCostPerHour unset means no speculation at all.", minimum=0, maximum=MAX_GPUS))
     max_cost_per_hour: float | None = field(default=None, metadata=_m(
-        "Most speculative cost per hour (needs pricePerGpuHour).", minimum=0))
+        "Most speculative cost per hour (needs pricePerGpuHour).", minimum=0, maximum=MAX_COST_PER_HOUR))
     price_per_gpu_hour: float | None = field(default=None, metadata=_m(
-        "Price of one GPU-hour, for cost limits and reports.", minimum=0))
+        "Price of one GPU-hour, for cost limits and reports.", minimum=0, maximum=MAX_PRICE_PER_GPU_HOUR))
     currency: str = field(default="USD", metadata=_m("Currency of the prices. Default: USD.", min_length=1))
 
     _cel = (CelRule("!has(self.maxCostPerHour) || has(self.pricePerGpuHour)",
@@ -417,7 +477,7 @@ class Prewarm(_Settings):
         "Keep GPU nodes warm with negative-priority placeholder pods ahead of forecast demand. Default: false."))
     gpus_per_node: int = field(default=8, metadata=_m(
         "GPUs on one node of the target's node pool; a placeholder that needs a new node pays for all of them. Default: 8.",
-        minimum=1, maximum=64))
+        minimum=1, maximum=MAX_GPUS_PER_NODE))
     priority_class_name: str = field(default="predictive-scaler-placeholder", metadata=_m(
         "PriorityClass (negative value) of the placeholder pods, so real pods preempt them. "
         "Default: predictive-scaler-placeholder.", min_length=1))
@@ -479,7 +539,7 @@ class ScheduledEvent(_Settings):
                                  schema={"pattern": RFC3339_PATTERN}))
     min_replicas: int | None = field(default=None, metadata=_m(
         "At least this many replicas during the window (and its lead time). Give this or demandMultiplier.",
-        minimum=0, maximum=100000))
+        minimum=0, maximum=MAX_REPLICAS))
     demand_multiplier: float | None = field(default=None, metadata=_m(
         "Plan for the demand (forecast, or demand now when reactive) times this during the window. "
         "Give this or minReplicas.", minimum=1, maximum=100))
@@ -520,10 +580,12 @@ class ScalerSpec(_Settings):
     target: TargetRef = field(metadata=_m("The workload to scale."))
     demand: DemandSignal = field(metadata=_m("Where demand is measured."))
     capacity: Capacity = field(default_factory=Capacity, metadata=_m("What one replica can serve."))
-    gpus_per_replica: int = field(default=1, metadata=_m("GPUs each replica requests. Default: 1.", minimum=1, maximum=64))
+    gpus_per_replica: int = field(default=1, metadata=_m("GPUs each replica requests. Default: 1.", minimum=1,
+                                                          maximum=MAX_GPUS_PER_NODE))
     min_replicas: int = field(default=1, metadata=_m(
-        "Fewest replicas; 0 allows scaling to zero (never done on missing data). Default: 1.", minimum=0, maximum=100000))
-    max_replicas: int = field(default=10, metadata=_m("Most replicas. Default: 10.", minimum=1, maximum=100000))
+        "Fewest replicas; 0 allows scaling to zero (never done on missing data). Default: 1.", minimum=0,
+        maximum=MAX_REPLICAS))
+    max_replicas: int = field(default=10, metadata=_m("Most replicas. Default: 10.", minimum=1, maximum=MAX_REPLICAS))
     quantile: float = field(default=0.95, metadata=_m(
         "Forecast quantile capacity is planned on (0.95 = P95). Default: 0.95.", minimum=0, maximum=1,
         exclusive_minimum=True, exclusive_maximum=True))
@@ -593,6 +655,28 @@ class ScalerSpec(_Settings):
         if self.horizon_seconds % self.model.step_seconds:
             self._fail("horizon_seconds", f"({self.horizon_seconds}) is not a multiple of model.stepSeconds "
                        f"({self.model.step_seconds}); choose e.g. {self.model.step_seconds * 6}")
+
+    def advisories(self) -> tuple[str, ...]:
+        """Valid settings that defeat part of their own purpose: said (backtest notes), not refused.
+
+        A lead time longer than the horizon is one: the forecast ends before the capacity it
+        would order arrives, so the plan covers only the horizon's share of the lead time. It is
+        not refused, since the horizon still helps and the spec's own bounds allow a node lead
+        time (up to 2 h) longer than any horizon (up to 1 h).
+        """
+        out = []
+        pod, node, horizon = (self.lead_times.pod_start_seconds, self.lead_times.node_start_seconds,
+                              self.horizon_seconds)
+        if pod > horizon:
+            out.append(f"spec.leadTimes.podStartSeconds ({pod}) is longer than spec.horizonSeconds ({horizon}): "
+                       f"the forecast ends {pod - horizon} s before a replica started now is ready, so replicas "
+                       "are planned only on the horizon's forecast; raise horizonSeconds to cover the lead time")
+        if node > horizon and (self.prewarm.enabled or self.prewarm.replicas_ahead):
+            out.append(f"spec.leadTimes.nodeStartSeconds ({node}) is longer than spec.horizonSeconds ({horizon}): "
+                       f"prewarming cannot be ahead of the node lead time — nodes ordered for the forecast arrive "
+                       f"up to {node - horizon} s after the demand they were for; raise horizonSeconds (at most "
+                       "3600) or check the node lead time")
+        return tuple(out)
 
     # -- derived ---------------------------------------------------------------------------
     @property

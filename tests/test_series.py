@@ -45,7 +45,7 @@ DAY5 = 288  # rows per day at 5 minutes
         ("timestamp,value\n1700000300,1\n1700000000,2\n", "row 3: timestamp .* is earlier than the one before"),
         ("timestamp,value\n1700000000000,1\n1700000300000,2\n", "row 2: timestamp 1700000000000 looks like epoch milliseconds"),
         ("timestamp,value\nyesterday,1\n", "row 2: cannot read timestamp 'yesterday'"),
-        ("timestamp,value\n1700000000,inf\n1700000300,1\n", "row 2: value is infinite"),
+        ("timestamp,value\n1700000000,inf\n1700000300,1\n", "row 2: value 'inf' is infinite"),
     ],
     ids=["empty", "header-only", "wrong-names", "extra-column", "non-numeric", "negative",
          "duplicate", "decreasing", "epoch-ms", "bad-timestamp", "infinite"],
@@ -180,3 +180,62 @@ def test_parse_duration(text, seconds):
 def test_parse_duration_refuses_nonsense():
     with pytest.raises(DataError, match="30s, 10m"):
         parse_duration("soon")
+
+
+# -- the right reason for timestamps and values ---------------------------------------------------------
+
+def _iso_rows(fmt: str, n: int = 3) -> str:
+    start = pd.Timestamp("2024-01-01T00:00:00Z")
+    return "".join(f"{(start + pd.Timedelta(minutes=5 * i)).strftime(fmt)},{i}\n" for i in range(n))
+
+
+def test_lower_case_rfc3339_is_read(tmp_path):
+    series = load_trace(_csv(tmp_path, "timestamp,value\n" + _iso_rows("%Y-%m-%dt%H:%M:%Sz")), min_history=None)
+    assert series.start == pd.Timestamp("2024-01-01T00:00:00Z") and len(series) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("timestamp,value\n" + _iso_rows('"%a, %d %b %Y %H:%M:%S +0000"'), "is an RFC 2822 date"),
+        ("timestamp,value\n" + _iso_rows("%a, %d %b %Y %H:%M:%S +0000"), "one field more than the 'timestamp,value'"),
+        ("timestamp,value\n" + _iso_rows("%m/%d/%Y %H:%M"), "is a date, but not ISO-8601"),
+        ("timestamp,value\n12024-01-01T00:00:00Z,1\n", "outside the years 1678–2261"),
+        ("timestamp,value\n1700000000000000,1\n1700000300000000,2\n", "looks like epoch microseconds"),
+        ("timestamp,value\n1700000000000000000,1\n1700000300000000000,2\n", "looks like epoch nanoseconds"),
+    ],
+    ids=["rfc2822", "rfc2822-unquoted", "month-day-year", "year-12024", "epoch-us", "epoch-ns"],
+)
+def test_timestamps_are_refused_for_what_they_are(tmp_path, text, message):
+    with pytest.raises(DataError, match=message):
+        load_trace(_csv(tmp_path, text), min_history=None)
+
+
+def test_named_columns_in_either_order_are_read(tmp_path):
+    series = load_trace(_csv(tmp_path, "value,timestamp\n" + "".join(
+        f"{i},{1_700_000_000 + 300 * i}\n" for i in range(3))), min_history=None)
+    assert list(series.values) == [0.0, 1.0, 2.0]
+
+
+def test_a_parquet_timestamp_index_is_the_timestamp(tmp_path):
+    t = pd.date_range("2024-01-01", periods=3, freq="5min", tz="UTC", name="timestamp")
+    pd.DataFrame({"value": [1.0, 2.0, 3.0]}, index=t).to_parquet(tmp_path / "t.parquet")
+    series = load_trace(tmp_path / "t.parquet", min_history=None)
+    assert series.start == t[0] and list(series.values) == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ([True, False, True], r"of type bool \(true/false values, which would read as 0/1 demand\)"),
+    (pd.date_range("2024-01-01", periods=3), "of type datetime64"),
+    (["1", "x", "2"], r"row 2: value 'x' is not a number \(the value column holds str values"),
+], ids=["bool", "datetime", "text"])
+def test_parquet_values_that_are_not_numbers_are_refused_by_type(tmp_path, values, message):
+    t = pd.date_range("2024-01-01", periods=3, freq="5min", tz="UTC")
+    pd.DataFrame({"timestamp": t, "value": values}).to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(DataError, match=message):
+        load_trace(tmp_path / "t.parquet", min_history=None)
+
+
+def test_parse_duration_refuses_a_huge_whole_number_by_its_length():
+    with pytest.raises(DataError, match="of a 401-digit number of seconds is not a usable length of time"):
+        parse_duration(10**400)

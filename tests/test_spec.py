@@ -148,3 +148,76 @@ def test_schema_is_structural_and_agrees_with_validation() -> None:
                     "budget-inf-price"):
             continue  # cross-field rules, pruned unknown fields and NaN (not JSON) are for from_dict
         assert not validator.is_valid(data), name
+
+
+# -- numeric bounds ---------------------------------------------------------------------------------
+
+def _numeric_fields(cls: type = ScalerSpec, path: str = "spec") -> list[tuple[str, Any]]:
+    import dataclasses
+    import typing
+
+    from predictive_scaler import spec
+
+    out = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        tp, _ = spec._unwrap_optional(spec._hints(cls)[f.name])
+        key = f"{path}.{spec.camel(f.name)}"
+        if tp in (int, float):
+            out.append((key, f))
+        for inner in (tp, *typing.get_args(tp)):
+            if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+                out += _numeric_fields(inner, key)
+    return out
+
+
+def test_every_number_has_both_bounds() -> None:
+    # Without an upper bound, what is computed from a number (replicas × GPUs × price) can overflow.
+    unbounded = [key for key, f in _numeric_fields()
+                 if f.metadata.get("minimum") is None or f.metadata.get("maximum") is None]
+    assert not unbounded, unbounded
+
+
+EXTREMES = [
+    ("capacity-denormal", "capacity.requestsPerReplica", 5e-324, "must be at least 1e-06, got 4.94066e-324"),
+    ("capacity-negative-zero", "capacity.requestsPerReplica", -0.0, "greater than 0 (at least 1e-06), got 0;"),
+    ("capacity-huge", "capacity.requestsPerReplica", 1e308, "at most 1000000000"),
+    ("capacity-huge-int", "capacity.requestsPerReplica", 10**400, "must be a finite number, got a 401-digit number"),
+    ("replicas-4000-digits", "maxReplicas", 10**4000 - 1, "at most 100000, got a 4,000-digit number"),
+    ("budget-1e300-gpus", "prewarm.budget.maxGpus", 1e300, "at most 6400000, got 1e+300"),
+    ("price-1e308", "prewarm.budget.pricePerGpuHour", 1e308, "at most 10000000"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "says"), [e[1:] for e in EXTREMES], ids=[e[0] for e in EXTREMES])
+def test_numeric_extremes_are_refused_by_the_bounds(path: str, value: Any, says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ScalerSpec.from_dict(with_(MINIMAL, path, value))
+    assert info.value.field == f"spec.{path}"
+    assert says in str(info.value)
+
+
+def test_negative_zero_is_zero() -> None:
+    s = ScalerSpec.from_dict(with_(MINIMAL, "reactive.tolerance", -0.0))
+    assert math.copysign(1.0, s.reactive.tolerance) == 1.0
+
+
+def test_the_schema_carries_the_bounds() -> None:
+    from predictive_scaler import spec
+
+    props = spec_json_schema()["properties"]
+    assert props["maxReplicas"]["maximum"] == spec.MAX_REPLICAS
+    assert props["capacity"]["properties"]["requestsPerReplica"]["minimum"] == spec.MIN_REQUESTS_PER_REPLICA
+    budget = props["prewarm"]["properties"]["budget"]["properties"]
+    assert (budget["maxGpus"]["maximum"], budget["pricePerGpuHour"]["maximum"]) == (
+        spec.MAX_GPUS, spec.MAX_PRICE_PER_GPU_HOUR)
+
+
+def test_a_lead_time_beyond_the_horizon_is_said_not_refused() -> None:
+    s = ScalerSpec.from_dict(MINIMAL | {"horizonSeconds": 300, "leadTimes": {"nodeStartSeconds": 7200},
+                                        "prewarm": {"enabled": True}})
+    (note,) = s.advisories()
+    assert "nodeStartSeconds (7200) is longer than spec.horizonSeconds (300)" in note
+    assert not ScalerSpec.from_dict(MINIMAL).advisories()
+    # Without prewarming the node lead time orders nothing ahead: nothing to say.
+    assert not ScalerSpec.from_dict(MINIMAL | {"horizonSeconds": 300, "leadTimes": {"nodeStartSeconds": 7200}}
+                                    ).advisories()

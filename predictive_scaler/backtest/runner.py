@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -36,15 +37,21 @@ from predictive_scaler.backtest.scenario import Scenario
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.policy.budget import allowance
-from predictive_scaler.series import Series
+from predictive_scaler.series import Series, format_duration
 
 # The protocol's names, as the runner has always offered them.
-__all__ = ["Result", "run_backtest"]
+__all__ = ["MAX_SIMULATION_WORK", "Result", "check_work", "run_backtest"]
 
 #: Step the Holt-Winters peer is fitted at.
 HOLT_WINTERS_STEP = 900
 #: Daily season, in seconds.
 DAY_S = 86400
+#: Most simulation work one backtest takes on, in replica-ticks: each tick of each policy's run walks
+#: every replica and node of its simulated cluster, and placing a replica scans the nodes. A
+#: replica-tick costs about 0.1 µs on a 2-core machine, so this is about two minutes of simulation;
+#: the bundled scenarios on the bundled traces and the shipped examples need at most 3e8, --frontier
+#: included (tests/backtest/test_scenario_bounds.py checks them all).
+MAX_SIMULATION_WORK = 1e9
 
 
 @dataclass
@@ -115,6 +122,7 @@ def run_backtest(
     """Run the scenario's policies over ``trace``. ``progress_factory(policy, ticks)`` gives a tick counter;
     ``cache`` keeps the predictive policy's models and forecasts for other operating points."""
     setup = prepare(trace, scenario)
+    check_work(setup)
     demand = setup.demand
     cfg = scenario.cluster
     n = setup.n_ticks
@@ -164,6 +172,90 @@ def run_backtest(
     if "forecasts" in result_extras:
         result.accuracy, result.baseline_accuracy = forecast_accuracy(setup, result.forecasts)
     return result
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One simulated run of a policy and the most replicas it can hold, with the settings that allow them."""
+
+    policy: str
+    replicas: int
+    why: str
+
+    def work(self, setup: Setup) -> float:
+        """Replica-ticks: every tick walks the replicas and nodes, every placement scans the nodes."""
+        cfg = setup.scenario.cluster
+        nodes = cfg.nodes_for(self.replicas) * (2 if self.policy == "predictive" else 1)  # placeholders' nodes
+        return float(setup.n_ticks) * (self.replicas + nodes) + float(self.replicas) * nodes
+
+
+@dataclass(frozen=True)
+class FrontierPoints:
+    """The operating points a frontier adds to a backtest (backtest/frontier.py's, which imports this module)."""
+
+    hpa_targets: tuple[float, ...] = ()
+    predictive_targets: tuple[float, ...] = ()
+    static_sizes: Callable[[int], list[int]] = lambda top: []
+
+
+def planned_runs(setup: Setup, frontier: FrontierPoints | None = None) -> list[PlannedRun]:
+    """The runs a backtest (with ``frontier``, also every frontier point) simulates, before any runs."""
+    extra = frontier or FrontierPoints()
+    scenario, spec = setup.scenario, setup.spec
+    top = setup.max_replicas
+    capped = f"max_replicas {top:,} (spec.maxReplicas)" if scenario.max_replicas is not None else (
+        f"max_replicas {top:,} (unset: 2 × the {setup.peak_replicas:,} peak replicas)")
+    sized = "the trace's demand ÷ capacity_per_replica (spec.capacity.requestsPerReplica)"
+
+    low = setup.bounds.min_replicas
+
+    def demand_run(policy: str, lowest_target: float, factor: float = 1.0) -> PlannedRun:
+        need = math.ceil(int(setup.demand.need(lowest_target).max(initial=0)) * factor)
+        if low >= min(need, top):
+            return PlannedRun(policy, low, f"min_replicas {low:,} (spec.minReplicas)")
+        if need >= top:
+            return PlannedRun(policy, top, f"{sized}, up to {capped}")
+        return PlannedRun(policy, need, sized)
+
+    runs: list[PlannedRun] = []
+    for name in ("reactive", "holt-winters"):
+        if name in scenario.policies or name == "reactive":  # reactive always runs: the yardstick
+            targets = (scenario.target_utilization, *(extra.hpa_targets if name in scenario.policies else ()))
+            runs += [demand_run(name, min(targets), 2.0 if name == "holt-winters" else 1.0)] * len(set(targets))
+    if "predictive" in scenario.policies:
+        targets = (scenario.planning_utilization, *extra.predictive_targets)
+        # A forecast may run above the demand it was for: twice it, at most maxReplicas.
+        multiplier = max((e.demand_multiplier or 1.0 for e in spec.events), default=1.0)
+        run = demand_run("predictive", min(targets), 2.0 * spec.demand.intra_step_peak_factor * multiplier)
+        floors = [(e.min_replicas, i) for i, e in enumerate(spec.events) if e.min_replicas is not None]
+        if floors and max(floors)[0] > run.replicas:
+            floor, i = max(floors)
+            run = PlannedRun("predictive", floor, f"spec.events[{i}].minReplicas {floor:,} (under {capped})")
+        runs += [run] * len(set(targets))
+    if "static" in scenario.policies:
+        runs.append(PlannedRun("static", peer_policies.static_replicas(setup.training_values, setup.capacity_per_replica),
+                               "the training window's peak ÷ capacity_per_replica (spec.capacity.requestsPerReplica)"))
+        runs += [PlannedRun("static", r, f"the static frontier's fleet sizes up to {capped}")
+                 for r in extra.static_sizes(top)]
+    if "oracle" in scenario.policies:
+        runs.append(demand_run("oracle", 1.0))
+    return runs
+
+
+def check_work(setup: Setup, frontier: FrontierPoints | None = None) -> None:
+    """Refuse, before anything runs, a backtest whose simulation would exceed MAX_SIMULATION_WORK."""
+    runs = planned_runs(setup, frontier)
+    total = sum(r.work(setup) for r in runs)
+    if total <= MAX_SIMULATION_WORK:
+        return
+    biggest = max(runs, key=lambda r: r.work(setup))
+    span = format_duration(timedelta(seconds=setup.n_ticks * setup.tick_s))
+    raise ConfigError(
+        f"the backtest would simulate {len(runs)} policy run(s) over {setup.n_ticks:,} ticks ({span} at "
+        f"{setup.tick_s}s), the {biggest.policy} policy with up to {biggest.replicas:,} replicas — set by "
+        f"{biggest.why}: about {total:.2g} replica-ticks of work, more than the {MAX_SIMULATION_WORK:.0e} a backtest "
+        "takes on (about two minutes); lower that setting, evaluate a shorter span (evaluation, --evaluation) or "
+        "run fewer policies (--policies)")
 
 
 def assumption_notes(setup: Setup) -> list[str]:

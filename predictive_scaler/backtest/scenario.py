@@ -23,12 +23,29 @@ from predictive_scaler.backtest.simulator import PRESETS, ClusterConfig
 from predictive_scaler.errors import ConfigError, DataError, did_you_mean
 from predictive_scaler.forecasting import registry
 from predictive_scaler.series import format_duration, parse_duration
-from predictive_scaler.spec import DEFAULT_MODEL_STEP, ScalerSpec
+from predictive_scaler.spec import (
+    DEFAULT_MODEL_STEP,
+    MAX_COST_PER_HOUR,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_PRICE_PER_GPU_HOUR,
+    MAX_REPLICAS,
+    MAX_REQUESTS_PER_REPLICA,
+    MIN_REQUESTS_PER_REPLICA,
+    LeadTimes,
+    ScalerSpec,
+    field_bounds,
+    number_text,
+)
 
 #: Every policy the harness knows, in the order reports list them.
 POLICIES: tuple[str, ...] = ("predictive", "reactive", "static", "holt-winters", "oracle")
 #: Shortest evaluated span a backtest reports on (``evaluation``, ``--evaluation``).
 MIN_EVALUATION = timedelta(hours=1)
+#: Longest span a demand value may be "per" (``demand_unit_seconds``): a count per week.
+MAX_DEMAND_UNIT_SECONDS = 7 * 86400
+#: Longest a simulated node may take to start: the spec's longest node lead time.
+MAX_NODE_START_S = field_bounds(LeadTimes, "node_start_seconds")[1]
 
 _DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "backtests" / "default.yaml"
 
@@ -138,6 +155,7 @@ class MeasurementChain:
         if not isinstance(data, dict):
             raise ConfigError("measurement must be a mapping of scrape_interval, rate_window, exact",
                               field="measurement")
+        _names(data, "measurement")
         bad = sorted(set(data) - {"scrape_interval", "rate_window", "exact"})
         if bad:
             raise ConfigError(f"measurement: unknown setting(s) {', '.join(bad)}; known: scrape_interval, "
@@ -229,6 +247,12 @@ class Scenario:
             raise ConfigError("give peak_replicas or capacity_per_replica to turn demand into replicas", field="peak_replicas")
         if self.capacity_per_replica is not None and not (math.isfinite(self.capacity_per_replica) and self.capacity_per_replica > 0):
             raise ConfigError(f"capacity_per_replica must be > 0, got {self.capacity_per_replica}", field="capacity_per_replica")
+        if self.capacity_per_replica is not None and not (
+                MIN_REQUESTS_PER_REPLICA <= self.capacity_per_replica <= MAX_REQUESTS_PER_REPLICA):
+            # The spec's own bounds on requestsPerReplica, which this becomes.
+            raise ConfigError(f"capacity_per_replica must be in [{MIN_REQUESTS_PER_REPLICA:g}, "
+                              f"{MAX_REQUESTS_PER_REPLICA:g}] (demand one replica serves, in the trace's unit), got "
+                              f"{self.capacity_per_replica:g}; check the trace's unit", field="capacity_per_replica")
         if self.peak_replicas is not None and self.peak_replicas < 1:
             raise ConfigError(f"peak_replicas must be ≥ 1, got {self.peak_replicas}", field="peak_replicas")
         if self.max_replicas is not None and self.max_replicas < max(1, self.min_replicas):
@@ -256,8 +280,20 @@ class Scenario:
         if self.predictive_target_utilization is not None and not 0.1 <= self.predictive_target_utilization <= 1:
             raise ConfigError(f"predictive_target_utilization must be in [0.1, 1], got "
                               f"{self.predictive_target_utilization}", field="predictive_target_utilization")
+        if self.capacity_per_replica is not None:
+            planned = self.capacity_per_replica * min(self.planning_utilization, self.target_utilization)
+            if planned < MIN_REQUESTS_PER_REPLICA:  # what spec.capacity.requestsPerReplica becomes
+                raise ConfigError(
+                    f"capacity_per_replica {self.capacity_per_replica:g} planned at a target utilisation of "
+                    f"{min(self.planning_utilization, self.target_utilization):g} is {planned:g} per replica, below "
+                    f"the {MIN_REQUESTS_PER_REPLICA:g} a replica may serve (spec.capacity.requestsPerReplica); check "
+                    "the trace's unit", field="capacity_per_replica")
         if self.demand_unit_seconds <= 0:
             raise ConfigError("demand_unit_seconds must be > 0 (60 for a per-minute rate)", field="demand_unit_seconds")
+        if self.demand_unit_seconds > MAX_DEMAND_UNIT_SECONDS:
+            raise ConfigError(f"demand_unit_seconds {self.demand_unit_seconds:g} is more than a week "
+                              f"({MAX_DEMAND_UNIT_SECONDS}); give the seconds a value is per (60 for a per-minute rate)",
+                              field="demand_unit_seconds")
 
     def _check_names(self) -> None:
         """The policies, forecasters and horizons: known ones, and at least one of each list."""
@@ -323,6 +359,7 @@ class Scenario:
     def from_dict(cls, data: dict[str, Any], *, name: str = "scenario") -> Scenario:
         if not isinstance(data, dict):
             raise ConfigError(f"scenario {name}: expected a mapping of settings, got {type(data).__name__}")
+        _names(data, f"scenario {name}")
         data = _events_into_spec(data)
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(data) - known)
@@ -355,6 +392,7 @@ def _cluster_config(cluster: Any, preset: str) -> ClusterConfig:
     """The scenario's ``cluster`` section: the preset's simulator with the settings it overrides."""
     if not isinstance(cluster, dict):
         raise ConfigError("cluster must be a mapping of simulator settings", field="cluster")
+    _names(cluster, "cluster")
     bad = sorted(set(cluster) - set(ClusterConfig.__dataclass_fields__))
     if bad:
         raise ConfigError(
@@ -364,9 +402,30 @@ def _cluster_config(cluster: Any, preset: str) -> ClusterConfig:
         )
     overrides = {k: (_seconds(v, f"cluster.{k}") if k.endswith("_s") else v) for k, v in cluster.items()}
     try:
-        return ClusterConfig.preset(preset, **overrides)
+        config = ClusterConfig.preset(preset, **overrides)
     except TypeError as exc:
         raise ConfigError(f"cluster: {exc}", field="cluster") from exc
+    check_cluster(config)
+    return config
+
+
+def check_cluster(config: ClusterConfig) -> None:
+    """The simulated cluster within what the spec it becomes allows (each setting named as the scenario
+    writes it, not as the spec field it turns into)."""
+    for key in ("gpus_per_node", "gpus_per_replica"):
+        if getattr(config, key) > MAX_GPUS_PER_NODE:
+            raise ConfigError(f"cluster.{key} {getattr(config, key)} is more than the {MAX_GPUS_PER_NODE} GPUs a node "
+                              "may have; give the GPUs of one node of the pool", field=f"cluster.{key}")
+    if config.price_per_gpu_hour > MAX_PRICE_PER_GPU_HOUR:
+        raise ConfigError(f"cluster.price_per_gpu_hour {config.price_per_gpu_hour:g} is more than the "
+                          f"{MAX_PRICE_PER_GPU_HOUR:g} a GPU-hour may cost in any currency; give the price of one "
+                          "GPU-hour", field="cluster.price_per_gpu_hour")
+    if config.cold_start_s > MAX_NODE_START_S:
+        parts = ("node_provision_s", "image_pull_s", "pod_start_s", "model_load_s")
+        raise ConfigError(
+            f"cluster: a cold start ({' + '.join(parts)}) takes {config.cold_start_s:g} s, more than the "
+            f"{MAX_NODE_START_S:g} s (2h) a node may take to start (spec.leadTimes.nodeStartSeconds); check their "
+            "units (seconds) and give each its real length", field="cluster.image_pull_s")
 
 
 def _typed_settings(data: dict[str, Any]) -> dict[str, Any]:
@@ -430,7 +489,34 @@ def build_spec(scenario: Scenario, *, capacity: float, max_replicas: int, model_
         # How long the chain's values take to show a change in full (they are stamped t − delay).
         "drift": {"signalLagSeconds": 0 if scenario.measurement.exact else min(7200, scenario.measurement.lag_for(trace_step))},
     }
-    return ScalerSpec.from_dict(deep_merge(base, scenario.spec))
+    if scenario.max_replicas is None and max_replicas > MAX_REPLICAS:
+        sized = ("peak_replicas" if scenario.capacity_per_replica is None else
+                 f"the replicas the training window's P95 needs at capacity_per_replica {capacity:.4g} (with "
+                 "--scaler, spec.capacity.requestsPerReplica)")
+        raise ConfigError(
+            f"spec.maxReplicas: must be at most {MAX_REPLICAS}, got {number_text(max_replicas)}: max_replicas is unset, so "
+            f"it is 2 × {sized}; give a larger capacity per replica (is it in the trace's unit?) or a smaller "
+            "peak_replicas, or set max_replicas", field="max_replicas")
+    spec = ScalerSpec.from_dict(deep_merge(base, scenario.spec))
+    check_delay(scenario, spec)
+    return spec
+
+
+def check_delay(scenario: Scenario, spec: ScalerSpec) -> None:
+    """Refuse a metrics delay the spec cannot work with: demand that old is stale to the planner
+    (``maxAgeSeconds``), and a forecast from it ends before the reconcile time."""
+    delay = scenario.cluster.metrics_delay_s
+    if delay > spec.demand.max_age_seconds:
+        raise ConfigError(
+            f"cluster.metrics_delay_s ({format_duration(timedelta(seconds=delay))}) is longer than "
+            f"spec.demand.maxAgeSeconds ({spec.demand.max_age_seconds} s): every demand value the policies see would "
+            "be stale, so the predictive policy could only hold; give the metric's real delay (30–90 s is common), "
+            "or raise spec.demand.maxAgeSeconds if your metrics really arrive that late", field="cluster.metrics_delay_s")
+    if delay >= spec.horizon_seconds:
+        raise ConfigError(
+            f"cluster.metrics_delay_s ({format_duration(timedelta(seconds=delay))}) is not shorter than "
+            f"spec.horizonSeconds ({spec.horizon_seconds} s): a forecast from data that old ends before the time it "
+            "is made; give the metric's real delay or a longer horizon", field="cluster.metrics_delay_s")
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -448,6 +534,7 @@ def _scaler(value: Any, i: int) -> dict[str, Any]:
     where = f"scalers[{i}]"
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
         raise ConfigError(f"{where} must be a mapping with a name (and optionally peak_replicas, spec)", field=where)
+    _names(value, where)
     bad = sorted(set(value) - {"name", "peak_replicas", "spec"})
     if bad:
         raise ConfigError(f"{where}: unknown setting(s) {', '.join(bad)}; known: name, peak_replicas, spec",
@@ -471,6 +558,12 @@ def _cluster_budget(value: Any) -> dict[str, Any]:
     for key, number in out.items():
         if number < 0:
             raise ConfigError(f"cluster_budget.{key} must be ≥ 0, got {number!r}", field=f"cluster_budget.{key}")
+    # The spec's budget bounds: what every scaler's own budget may allow, at most.
+    highest = {"maxGpus": MAX_GPUS, "maxCostPerHour": MAX_COST_PER_HOUR}
+    for key, number in out.items():
+        if number > highest[key]:
+            raise ConfigError(f"cluster_budget.{key} must be at most {highest[key]:g}, got {number:g}",
+                              field=f"cluster_budget.{key}")
     return out
 
 
@@ -490,18 +583,25 @@ def _events_into_spec(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def default_scenario_path() -> Path:
+    """The scenario a backtest runs when none is given (``backtests/default.yaml``)."""
+    return _DEFAULT_SCENARIO
+
+
 def load_scenario(path: str | Path | None = None) -> Scenario:
     """Read a scenario YAML file (default: ``backtests/default.yaml``)."""
     p = Path(path) if path is not None else _DEFAULT_SCENARIO
     if not p.exists():
         raise ConfigError(f"{p}: no such scenario file; give a YAML file such as backtests/default.yaml", field="scenario")
-    if not p.is_file():
+    if p.is_dir():
         raise ConfigError(f"{p}: is a directory, not a scenario file; give a YAML file such as "
                           "backtests/default.yaml", field="scenario")
-    from predictive_scaler.yaml_input import check_size
+    from predictive_scaler.yaml_input import check_size, read_yaml_text
 
     try:
-        data = check_size(yaml.safe_load(p.read_text(encoding="utf-8")), str(p), field="scenario") or {}
+        text = read_yaml_text(p, what="a scenario", remedy="give a YAML file such as backtests/default.yaml",
+                              field="scenario")  # a FIFO or a device is refused, never read
+        data = check_size(yaml.safe_load(text), str(p), field="scenario") or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax", field="scenario") from exc
     except RecursionError as exc:
@@ -509,6 +609,9 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     except (UnicodeDecodeError, OSError) as exc:
         raise ConfigError(f"{p}: cannot be read as UTF-8 text ({exc}); give a YAML file such as "
                           "backtests/default.yaml", field="scenario") from exc
+    except ValueError as exc:  # PyYAML's int() of a number longer than Python reads from text (4,300 digits)
+        raise ConfigError(f"{p}: holds a number too long to read ({exc}); no setting needs more than a few digits — "
+                          "check the file", field="scenario") from exc
     # Validate the spec section now (capacity and step are placeholders until a trace is read).
     try:
         scenario = Scenario.from_dict(data, name=p.stem)
@@ -544,15 +647,29 @@ def _seconds(value: Any, key: str) -> float:
 
 
 def _int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not whole:
         raise ConfigError(f"{key} must be a whole number, got {value!r}", field=key)
     return int(value)
 
 
 def _float(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{key} must be a finite number, got {value!r}", field=key)
-    return float(value)
+    try:  # a whole number too large for a float overflows here
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{key} must be a finite number, got {number_text(value)}", field=key)
+    return number + 0.0  # a negative zero is zero
+
+
+def _names(data: Mapping[Any, Any], where: str) -> None:
+    """Every key of a settings mapping is a name: YAML also reads ``1:``, ``true:`` and ``~:`` as keys."""
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: {key!r} ({type(key).__name__}) is not a setting name; setting names are "
+                              "text such as control_period (quote a key that YAML reads as a number or a boolean)",
+                              field=where)
 
 
 def _list(value: Any, key: str) -> list[Any]:

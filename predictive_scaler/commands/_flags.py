@@ -82,6 +82,17 @@ def max_missing(args: argparse.Namespace) -> float:
     return value
 
 
+def at_most(flag: str, value: float, high: float, what: str) -> float:
+    """A number flag no larger than ``high`` (so neither infinite nor NaN); ConfigError naming the flag.
+
+    Only the absurd end: a command checks the low end (positive, …) where it uses the value.
+    """
+    if not value <= high:
+        why = "is not a number" if value != value else f"is more than the {high:g} a run can use"  # NaN ≠ NaN
+        raise ConfigError(f"{flag} {value:g} {why}; give the {what}", field=flag.lstrip("-").replace("-", "_"))
+    return value
+
+
 def positive_duration(flag: str, text: str) -> timedelta:
     """A duration flag (``--min-history``, ``--horizon`` …) that must be a positive span."""
     from predictive_scaler.errors import DataError

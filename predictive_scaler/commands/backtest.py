@@ -35,12 +35,18 @@ from predictive_scaler.commands.backtest_trace import BUNDLED_TRACE, TRACE_MAX_M
 
 if TYPE_CHECKING:
     from predictive_scaler.backtest.frontier import FrontierResult
-    from predictive_scaler.backtest.runner import Result
+    from predictive_scaler.backtest.runner import FrontierPoints, Result
     from predictive_scaler.backtest.scenario import Scenario
     from predictive_scaler.retrain.settings import ScalerTarget
     from predictive_scaler.series import Series
 
 __all__ = ["PlainProgress", "register", "run"]
+
+#: Most history ``--days`` pulls: ten years, more than any metrics store keeps at a resolution worth
+#: backtesting (and, at one minute, within the steps a trace may hold).
+MAX_HISTORY_DAYS = 3650.0
+#: Longest ``--timeout`` per Prometheus request: an hour (a longer wait is a hang, not a slow query).
+MAX_TIMEOUT_SECONDS = 3600.0
 
 
 def register(subparsers: Any) -> None:
@@ -114,14 +120,28 @@ def run(args: argparse.Namespace) -> int:
         trace = backtest_prometheus.demand(args, target)
     else:
         trace = backtest_trace.demand(args)
-    if scenario.scalers:  # several scalers sharing one cluster budget (backtest/fleet.py)
-        return _run_fleet(args, trace, scenario)
-    return _run_policies(args, trace, scenario, target, mapped)
+    from predictive_scaler.errors import ConfigError
+
+    try:
+        if scenario.scalers:  # several scalers sharing one cluster budget (backtest/fleet.py)
+            return _run_fleet(args, trace, scenario)
+        return _run_policies(args, trace, scenario, target, mapped)
+    except ConfigError as exc:
+        # A setting refused once the trace is read (sizing, the work bound): say which file it is in.
+        raise type(exc)(f"{_settings_files(args)}: {exc}", field=exc.field) from exc
+
+
+def _settings_files(args: argparse.Namespace) -> str:
+    """Where the settings of this run are: the scenario file, and the scaler manifest laid over it."""
+    from predictive_scaler.backtest.scenario import default_scenario_path
+
+    scenario = args.scenario or default_scenario_path()
+    return f"{args.scaler} (over the scenario {scenario})" if args.scaler is not None else str(scenario)
 
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Every output is checked before the (long) run: a bad path must not cost the whole backtest."""
-    from predictive_scaler.commands._flags import check_output
+    from predictive_scaler.commands._flags import at_most, check_output
     from predictive_scaler.errors import ConfigError
     from predictive_scaler.series import parse_timezone
 
@@ -134,6 +154,11 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.max_missing is not None and not 0.0 <= args.max_missing <= 1.0:
         raise ConfigError(f"--max-missing {args.max_missing:g} is not a share; give one between 0 and 1",
                           field="max_missing")
+    if args.prometheus is not None:
+        at_most("--days", args.days, MAX_HISTORY_DAYS, "days of history to pull (21 gives two weeks to train and "
+                "one to evaluate)")
+        at_most("--timeout", args.timeout, MAX_TIMEOUT_SECONDS, "seconds to wait for each Prometheus request "
+                "(default 30)")
 
 
 def _scenario(args: argparse.Namespace, *, per_second: bool,
@@ -211,6 +236,8 @@ def _run_policies(args: argparse.Namespace, trace: Series, scenario: Scenario, t
     progress = _Progress(quiet=args.no_progress)
     result, frontier = _simulate(args, trace, scenario, progress)
     progress.close()
+    # Settings that are valid but defeat part of their purpose (a lead time beyond the horizon …).
+    result.notes += [n for n in result.setup.spec.advisories() if n not in result.notes]
     where = write_report(result, args.report, frontier=frontier) if args.report else None
     doc = result.to_json() if frontier is None else frontier.to_json()
     if target is not None and mapped is not None:
@@ -231,6 +258,10 @@ def _simulate(args: argparse.Namespace, trace: Series, scenario: Scenario,
     if not args.frontier:
         return run_backtest(trace, scenario, progress_factory=progress.factory), None
     from predictive_scaler.backtest.frontier import run_frontier
+    from predictive_scaler.backtest.records import prepare
+    from predictive_scaler.backtest.runner import check_work
+
+    check_work(prepare(trace, scenario), frontier_points())  # every frontier point, before the first runs
 
     def say(text: str) -> None:
         if not args.no_progress:
@@ -238,6 +269,14 @@ def _simulate(args: argparse.Namespace, trace: Series, scenario: Scenario,
 
     frontier = run_frontier(trace, scenario, progress_factory=progress.factory, say=say)
     return frontier.base, frontier
+
+
+def frontier_points() -> FrontierPoints:
+    """The operating points ``--frontier`` runs besides the backtest's own (for the work bound)."""
+    from predictive_scaler.backtest.frontier import HPA_TARGETS, PREDICTIVE_TARGETS, static_sizes
+    from predictive_scaler.backtest.runner import FrontierPoints
+
+    return FrontierPoints(HPA_TARGETS, PREDICTIVE_TARGETS, static_sizes)
 
 
 def _print_text(args: argparse.Namespace, scenario: Scenario, result: Result, frontier: FrontierResult | None,

@@ -234,7 +234,11 @@ def spec_doc(path: Path, target: ScalerTarget) -> dict[str, Any]:
     """The raw camelCase spec of ``target`` in ``path`` (to know which settings it gives explicitly)."""
     import yaml
 
-    for doc in yaml.safe_load_all(path.read_text()):
+    from predictive_scaler.yaml_input import read_yaml_text
+
+    text = read_yaml_text(path, what="a scalers file", remedy="give a YAML file of PredictiveScaler manifests",
+                          field="scaler")  # read again: it must still be a regular file
+    for doc in yaml.safe_load_all(text):
         items: list[Any] = doc["items"] if isinstance(doc, Mapping) and isinstance(doc.get("items"), list) else [doc]
         for item in items:
             if not isinstance(item, Mapping) or item.get("kind", "PredictiveScaler") != "PredictiveScaler":

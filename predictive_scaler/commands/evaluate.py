@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         horizons = tuple(parse_duration(h) for h in args.horizons.split(",") if h.strip())
     except DataError as exc:
-        raise ConfigError(str(exc), field="horizons") from exc
+        raise ConfigError(f"--horizons: {exc}", field="horizons") from exc
     min_history = positive_duration("--min-history", args.min_history)
     if args.peers:
         return _run_peers(args, kinds, horizons, min_history)

@@ -41,10 +41,16 @@ def resolve_model(model: str | Path, name: str | None = None, *, expected_series
         ModelStore,
         load_artifact,
     )
+    from predictive_scaler.yaml_input import describe
 
     path = Path(model)
     if name is not None:
         return ModelStore(path).serving(name, expected_series=expected_series)
+    if not path.is_dir():
+        what = describe(path)
+        problem = "no such directory" if what is None else f"is {what}, not a directory"
+        raise ModelError(f"{path}: {problem}; give a model artifact directory, a store entry <store>/<name>, or a "
+                         "store with --name — train one with `predictive-scaler train --out DIR`")
     if (path / MANIFEST_FILE).exists():
         return load_artifact(path, expected_series=expected_series)
     if (path / SERVING_FILE).exists():
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         horizon = parse_duration(args.horizon)
     except DataError as exc:
-        raise ConfigError(str(exc), field="horizon") from exc
+        raise ConfigError(f"--horizon: {exc}", field="horizon") from exc
     if not (MIN_HORIZON <= horizon <= MAX_HORIZON):
         raise ConfigError(f"horizon {format_duration(horizon)} is outside 5m–60m; choose one in that range", field="horizon")
     try:

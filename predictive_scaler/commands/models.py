@@ -52,9 +52,12 @@ def _store(args: argparse.Namespace) -> Any:
 
     from predictive_scaler.errors import ConfigError
     from predictive_scaler.forecasting.store import ModelStore
+    from predictive_scaler.yaml_input import describe
 
     if not Path(args.store).is_dir():
-        raise ConfigError(f"--store {args.store}: no such directory; give the directory `train --out` wrote to",
+        what = describe(args.store)
+        problem = "no such directory" if what is None else f"is {what}, not a directory"
+        raise ConfigError(f"--store {args.store}: {problem}; give the directory `train --out` wrote to",
                           field="store")
     return ModelStore(args.store)
 

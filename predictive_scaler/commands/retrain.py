@@ -116,15 +116,17 @@ def run(args: argparse.Namespace) -> int:
 def _settings(args: argparse.Namespace) -> RetrainSettings:
     from dataclasses import replace
 
+    from predictive_scaler.commands._flags import positive_duration
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.registry import parse_kinds
     from predictive_scaler.retrain.settings import RetrainSettings
-    from predictive_scaler.series import parse_duration
 
     try:
         settings = RetrainSettings(
-            history=parse_duration(args.history), min_history=parse_duration(args.min_history),
-            holdout=parse_duration(args.holdout), max_missing_fraction=args.max_missing, keep=args.keep,
+            history=positive_duration("--history", args.history),
+            min_history=positive_duration("--min-history", args.min_history),
+            holdout=positive_duration("--holdout", args.holdout), max_missing_fraction=args.max_missing,
+            keep=args.keep,
         )
         if args.models:
             settings = replace(settings, kinds=parse_kinds(args.models))

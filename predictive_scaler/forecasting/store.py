@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -39,6 +40,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -53,10 +55,11 @@ import pandas as pd
 
 from predictive_scaler import __version__
 from predictive_scaler.clock import Clock, SystemClock
-from predictive_scaler.errors import ConfigError, ModelError, did_you_mean
+from predictive_scaler.errors import ConfigError, ModelError, StoreError, did_you_mean
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.series import Series, to_utc
+from predictive_scaler.yaml_input import describe, kind_of, read_regular
 
 #: The artifact format this build writes and reads. 2: calibrated models may carry coverage
 #: tracking (``tracking_window``, ``tracking_steps``, ``tracking_rate``), which a reader of
@@ -69,8 +72,11 @@ SERVING_FILE = "serving"
 LOCK_FILE = ".lock"
 #: A temporary version directory of a writer on another host is swept after this long.
 STALE_TEMPORARY_SECONDS = 3600.0
-#: Refuse bigger model files before reading them: a real model is tens of kB.
-MAX_MODEL_BYTES = 50 * 1024 * 1024
+#: Refuse bigger model files before reading them, and never write one: the bundled model is 2.5 KB and
+#: the biggest kinds (a weekly profile at one minute, calibration offsets per horizon) a few hundred KB,
+#: while parsing JSON costs about ten times its size in memory.
+MAX_MODEL_BYTES = 16 * 1024 * 1024
+#: A manifest (5 KB bundled) or a serving pointer (under 1 KB).
 MAX_MANIFEST_BYTES = 1024 * 1024
 #: Versions kept per name (the serving one and its rollback history are always kept too).
 DEFAULT_KEEP = 5
@@ -244,6 +250,9 @@ def save_artifact(
     """
     _check_name(series, what="series")
     body = model_bytes(model)
+    if len(body) > MAX_MODEL_BYTES:  # it could never be loaded again
+        raise ModelError(f"{model.kind} model is {len(body):,} bytes as JSON, over the {MAX_MODEL_BYTES:,}-byte limit "
+                         "a model file may have; choose a smaller model (fewer candidates with --models)")
     created = pd.Timestamp((clock or SystemClock()).now())
     manifest = Manifest(
         format_version=FORMAT_VERSION,
@@ -259,33 +268,74 @@ def save_artifact(
         capacity=dict(capacity) if capacity is not None else None,
     )
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _io_error(exc, d, "create the directory") from exc
     write_atomic(d / MODEL_FILE, body)
     write_atomic(d / MANIFEST_FILE, _dump(manifest.to_dict()))
     return manifest
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory."""
+    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory.
+
+    On any failure ``path`` is as it was and the temp file is gone; an OS error (a full or read-only
+    volume, no permission) is a :class:`StoreError` naming ``path`` and what to do.
+    """
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        # O_EXCL|O_NOFOLLOW: the temp name is ours alone, never a link planted to write elsewhere.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise _io_error(exc, path, "write") from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise
     _fsync_dir(path.parent)
 
 
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):  # a read-only volume refuses this too; the first error is the one to say
+        path.unlink(missing_ok=True)
+
+
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _io_error(exc, path, "sync the directory") from exc
+
+
+def _io_error(exc: OSError, path: Path, doing: str) -> StoreError:
+    """An OS error of the store's volume as a StoreError: the path, what failed, and what to do."""
+    why = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = ("the store's volume is full, or a quota or file-size limit was reached: free space there (or give "
+               "another store directory), then run it again")
+    elif exc.errno == errno.EROFS:
+        fix = ("the store is on a read-only file system: mount it read-write (in the cluster, the model store's "
+               "volume must not be readOnly), then run it again")
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        fix = "this user may not write there: give it write access to the store, then run it again"
+    elif exc.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ELOOP):
+        fix = "something of the wrong kind is in the way: move it aside, then run it again"
+    else:
+        fix = "check the store's volume, then run it again"
+    return StoreError(f"{path}: cannot {doing} ({why}); {fix}")
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -326,26 +376,22 @@ def load_artifact(directory: str | Path, *, expected_series: str | None = None) 
 def read_manifest(directory: str | Path) -> Manifest:
     d = Path(directory)
     if not d.is_dir():
-        raise ModelError(f"{d}: no model artifact here (not a directory); {_RETRAIN} --out {d}")
+        what = describe(d)
+        kind = f"it is {what}, not a directory" if what is not None else "not a directory"
+        raise ModelError(f"{d}: no model artifact here ({kind}); {_RETRAIN} --out {d}")
     body = _read_bounded(d / MANIFEST_FILE, MAX_MANIFEST_BYTES, "manifest")
     return Manifest.from_dict(_parse_json(body, d / MANIFEST_FILE))
 
 
 def _read_bounded(path: Path, limit: int, what: str) -> bytes:
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ModelError(f"{path}: {what} file missing (unfinished or damaged artifact); {_ROLLBACK} or {_RETRAIN}") from None
-    if size > limit:
-        raise ModelError(
-            f"{path}: {what} file is {size} bytes, over the {limit}-byte limit; it is not a model this "
-            f"tool wrote — {_ROLLBACK} or {_RETRAIN}"
-        )
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ModelError(f"{path}: {what} file grew past the {limit}-byte limit while being read; retry")
-    return data
+    """A file of the store: regular (never a FIFO, a device or a link: the store writes none) and at most
+    ``limit`` bytes, checked before it is read. Damage is a ModelError; an unreadable file a StoreError."""
+    return read_regular(
+        path, limit=limit, what=f"a {what} file", remedy=f"{_ROLLBACK} or {_RETRAIN}", error=ModelError,
+        unreadable=StoreError, follow_symlinks=False,
+        missing=f"{what} file missing (unfinished or damaged artifact)",
+        too_big=f"it is not a {what} file this tool wrote — {_ROLLBACK} or {_RETRAIN}",
+    )
 
 
 def _reject_constant(token: str) -> Any:
@@ -443,10 +489,12 @@ class ModelStore:
         return self._versions(name) / _check_name(version, what="version")
 
     def names(self) -> list[str]:
+        """Every model in the store: a directory with a valid name holding ``versions`` (of whatever kind:
+        a ``versions`` that is not a directory is a model :meth:`verify` reports, not one to hide)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _NAME.match(p.name)
-                      and (p / "versions").is_dir())
+        return sorted(p.name for p in _entries(self.root) if p.is_dir() and _NAME.match(p.name)
+                      and os.path.lexists(p / "versions"))
 
     # writing
     def publish(
@@ -460,10 +508,13 @@ class ModelStore:
         serve: bool = True,
         capacity: Mapping[str, Any] | None = None,
     ) -> str:
-        """Write a new version (complete before it becomes visible); serve it if ``serve``. Returns its id."""
-        versions = self._versions(name)
-        versions.mkdir(parents=True, exist_ok=True)
+        """Write a new version (complete before it becomes visible); serve it if ``serve``. Returns its id.
+
+        A failure before the version is in place (a full or read-only volume, say) leaves the store as it
+        was and says so; after, the version is stored and the serving pointer is as it was."""
+        versions = self._make_versions_dir(name)
         tmp = versions / f".tmp-{os.getpid()}@{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+        placed = False
         try:
             manifest = save_artifact(model, series=series, window=window, metrics=metrics,
                                      directory=tmp, clock=self.clock, capacity=capacity)
@@ -480,15 +531,36 @@ class ModelStore:
                         # old one), so the good bytes get a fresh id that sorts right after it.
                         version = f"{version}-{uuid.uuid4().hex[:8]}"
                         final = versions / version
-                    os.replace(tmp, final)
+                    _replace(tmp, final)
+                    placed = True
                     _fsync_dir(versions)
                 if serve:
                     self._promote(name, version)
                 self._prune(name)
+        except StoreError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if placed:  # complete and verified: kept, so the trained model is not lost
+                raise StoreError(f"{exc}; version {version} is stored — promote it with `predictive-scaler models "
+                                 "promote` once the store can be written") from exc.__cause__ or exc
+            raise StoreError(f"{exc}; nothing was published: the store is as it was") from exc.__cause__ or exc
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return version
+
+    def _make_versions_dir(self, name: str) -> Path:
+        """``<root>/<name>/versions``, created if missing; a file (or anything else) in the way is refused."""
+        versions = self._versions(name)
+        for path, holds in ((self.root, "its models"), (self._dir(name), f"model {name!r}"),
+                            (versions, f"the versions of {name!r}")):
+            if os.path.lexists(path) and not path.is_dir():
+                raise StoreError(f"{path}: is {describe(path)}, not a directory — the store keeps {holds} there; "
+                                 "move it aside (or give another store directory), then run it again")
+        try:
+            versions.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _io_error(exc, versions, "create the directory") from exc
+        return versions
 
     @contextlib.contextmanager
     def _locked(self, name: str) -> Iterator[None]:
@@ -497,12 +569,19 @@ class ModelStore:
         if not d.is_dir():
             yield  # nothing stored under this name: nothing to protect (and nothing is created)
             return
-        with open(d / LOCK_FILE, "a+b") as fh:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        path = d / LOCK_FILE
+        fd = _open_lock(path)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise _io_error(exc, path, "lock the store's lock file") from exc
             try:
                 yield
             finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     def promote(self, name: str, version: str) -> LoadedModel:
         """Serve ``version`` after verifying it loads; on refusal the serving pointer is untouched.
@@ -565,9 +644,14 @@ class ModelStore:
 
     def _write_pointer(self, name: str, pointer: ServingPointer) -> None:
         path = self._dir(name) / SERVING_FILE
-        if path.is_dir():  # damage: kept aside (never deleted), so the pointer can be written again
-            os.replace(path, path.with_name(f"{SERVING_FILE}.damaged-{uuid.uuid4().hex[:8]}"))
-        write_atomic(path, _dump(pointer.to_dict()))
+        try:
+            if path.is_dir() and not path.is_symlink():
+                # Damage: kept aside (never deleted), so the pointer can be written again.
+                _replace(path, path.with_name(f"{SERVING_FILE}.damaged-{uuid.uuid4().hex[:8]}"))
+            # A link (to outside the store, say) is replaced itself, never written through.
+            write_atomic(path, _dump(pointer.to_dict()))
+        except StoreError as exc:
+            raise StoreError(f"{exc}; the serving pointer is unchanged") from exc.__cause__ or exc
 
     # reading
     def pointer_or_problem(self, name: str) -> tuple[ServingPointer | None, str | None]:
@@ -580,12 +664,14 @@ class ModelStore:
     def pointer(self, name: str) -> ServingPointer | None:
         """The serving pointer, cheaply (no model verification): lets a controller notice a new version."""
         path = self._dir(name) / SERVING_FILE
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             raise ModelError(f"{path}: serving pointer is a directory, not a file; {_REPAIR}")
         try:
             doc = _parse_json(_read_bounded(path, MAX_MANIFEST_BYTES, "serving pointer"), path)
+        except StoreError:
+            raise  # unreadable (permissions, the volume): not damage a repair would mend
         except ModelError as exc:
             raise ModelError(f"{_without_store_advice(str(exc))}: the serving pointer is damaged; {_REPAIR}") from exc
         if not isinstance(doc, dict) or not isinstance(doc.get("version"), str) or not isinstance(doc.get("sha256"), str):
@@ -609,8 +695,11 @@ class ModelStore:
             hint = did_you_mean(name, others) if others and not self._versions(name).is_dir() else ""
             raise ModelError(f"model {name!r} has no serving version in {self.root}; {hint}{_RETRAIN} --out "
                              f"{self.root}")
-        if not self.version_dir(name, pointer.version).is_dir():
-            raise ModelError(f"model {name!r}: the serving version {pointer.version} is gone (deleted or pruned) — "
+        entry = self.version_dir(name, pointer.version)
+        if not entry.is_dir():
+            what = describe(entry)
+            gone = "is gone (deleted or pruned)" if what is None else f"is {what}, not a version directory"
+            raise ModelError(f"model {name!r}: the serving version {pointer.version} {gone} — "
                              f"the serving pointer is damaged; {_REPAIR}")
         loaded = load_artifact(self.version_dir(name, pointer.version), expected_series=expected_series)
         if loaded.manifest.sha256 != pointer.sha256:
@@ -632,7 +721,7 @@ class ModelStore:
         except ModelError:
             serving = None
         out = []
-        for p in sorted(versions.iterdir()):
+        for p in sorted(_entries(versions)):
             if p.name.startswith(".") or not p.is_dir():
                 continue
             try:
@@ -652,7 +741,13 @@ class ModelStore:
     def _verify_one(self, name: str, repair: bool) -> VerifyReport:
         problems: list[str] = []
         infos = self.list(name)
-        if not self._versions(name).is_dir():
+        versions = self._versions(name)
+        if not versions.is_dir():
+            what = describe(versions)
+            if what is not None:
+                return VerifyReport(name, None, 0, (
+                    f"{versions}: is {what}, not a directory — the store keeps the versions of {name!r} there; "
+                    f"move it aside, then {_RETRAIN} --out {self.root}",))
             return VerifyReport(name, None, 0, (f"model {name!r} is not in {self.root}; {_RETRAIN} --out {self.root}",))
         pointer, damaged = self.pointer_or_problem(name)
         if damaged:
@@ -745,6 +840,42 @@ def _writer_gone(path: Path) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def _entries(directory: Path) -> builtins.list[Path]:
+    """The entries of a store directory; an unreadable one is a StoreError naming it."""
+    try:
+        return builtins.list(directory.iterdir())
+    except OSError as exc:
+        raise StoreError(f"{directory}: cannot be listed ({exc.strerror or exc}); give this user read access to "
+                         "the store, then run it again") from exc
+
+
+def _replace(src: Path, dst: Path) -> None:
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        raise _io_error(exc, dst, f"move {src.name} here") from exc
+
+
+def _open_lock(path: Path) -> int:
+    """The store's lock file, opened for flock (created if missing). Anything but a regular file is
+    refused before it is opened (a FIFO, a link planted to create a file elsewhere, a directory)."""
+    fix = "move it aside (the store makes a new lock file), then run it again"
+    what = describe(path)
+    if what is not None and what != "a regular file":
+        raise StoreError(f"{path}: the store's lock file is {what}, not a regular file; {fix}")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR):  # swapped in since the check above
+            raise StoreError(f"{path}: the store's lock file is {describe(path)}, not a regular file; {fix}") from exc
+        raise _io_error(exc, path, "open the store's lock file") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise StoreError(f"{path}: the store's lock file is {kind_of(mode)}, not a regular file; {fix}")
+    return fd
 
 
 _REPAIR = ("repair it with `predictive-scaler models rollback` (the newest version that verifies) or "

@@ -118,6 +118,10 @@ def retrain_scaler(
 ) -> ScalerOutcome:
     """Retrain one scaler (see the module doc). Expected problems become a *skipped* outcome, a failing
     source a *failed* one (:func:`~predictive_scaler.retrain.training.guarded`)."""
+    try:
+        record_path(store, target.model_name, run_id)  # a name that would leave the store is refused first
+    except ConfigError as exc:
+        return _failed(target, run_id, str(exc))
     outcome = guarded(target, run_id, DirectoryStore(store),
                       lambda base: _retrain(target, history, store, settings, now, run_id, base))
     if outcome.result != "already-done":

@@ -108,10 +108,15 @@ def load_scalers_file(path: str | Path, *, default_namespace: str = "default") -
     import yaml
 
     p = Path(path)
-    from predictive_scaler.yaml_input import check_size
+    from predictive_scaler.yaml_input import check_size, read_yaml_text
 
+    if p.is_dir():
+        raise ConfigError(f"cannot read scalers file {p}: Is a directory; give a YAML file of PredictiveScaler "
+                          "manifests", field="config")
     try:
-        docs = check_size(list(yaml.safe_load_all(p.read_text(encoding="utf-8"))), str(p), field="config")
+        text = read_yaml_text(p, what="a scalers file", remedy="give a YAML file of PredictiveScaler manifests",
+                              field="config")  # a FIFO or a device is refused, never read
+        docs = check_size(list(yaml.safe_load_all(text)), str(p), field="config")
     except RecursionError as exc:
         raise ConfigError(f"scalers file {p} is nested too deeply to read; check that it holds PredictiveScaler "
                           "manifests", field="config") from exc
@@ -120,6 +125,9 @@ def load_scalers_file(path: str | Path, *, default_namespace: str = "default") -
     except UnicodeDecodeError as exc:
         raise ConfigError(f"scalers file {p} is not UTF-8 text (byte {exc.start}); give a YAML file of "
                           "PredictiveScaler manifests", field="config") from exc
+    except ValueError as exc:  # after UnicodeDecodeError, a ValueError too: Python's limit on digits in an int
+        raise ConfigError(f"scalers file {p} holds a number too long to read ({exc}); check the file",
+                          field="config") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML ({exc}); fix the file", field="config") from exc
     items: list[Any] = []

@@ -17,7 +17,7 @@ import pytest
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.core.values import Forecast
-from predictive_scaler.errors import ConfigError, ModelError
+from predictive_scaler.errors import ConfigError, ModelError, StoreError
 from predictive_scaler.forecasting import registry, store
 from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.forecasting.prophet import ERROR_PROBABILITIES, ProphetCurve, ProphetModel
@@ -267,8 +267,10 @@ def test_crash_mid_publish_leaves_store_consistent(
         real_replace(src, dst)
 
     monkeypatch.setattr(store.os, "replace", crashing_replace)
-    with pytest.raises(OSError, match="simulated crash"):
+    # Mapped at the store's boundary: the path and what to do, the OSError kept as the cause.
+    with pytest.raises(StoreError, match="simulated crash") as info:
         publish(model_store, clock, 0.2)
+    assert isinstance(info.value.__cause__, OSError)
     monkeypatch.setattr(store.os, "replace", real_replace)
 
     assert model_store.serving("web").model == TinyModel(300, 0.1)
