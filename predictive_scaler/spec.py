@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from predictive_scaler.errors import BudgetError, ConfigError, did_you_mean
+from predictive_scaler.yaml_input import excerpt
 
 #: Grid the models work on unless a trace is coarser (contract: 5 minutes).
 DEFAULT_MODEL_STEP = 300
@@ -195,19 +196,19 @@ def _validate_scalar(tp: type, f: dataclasses.Field[Any], value: Any,
     md = f.metadata
     if tp is bool:
         if not isinstance(value, bool):
-            fail(f"must be true or false, got {value!r}")
+            fail(f"must be true or false, got {excerpt(value)}")
         return value
     if tp is int:
         given = value
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            fail(f"must be a whole number, got {value!r}; write e.g. {f.default if isinstance(f.default, int) else 1}")
+            fail(f"must be a whole number, got {excerpt(value)}; write e.g. {f.default if isinstance(f.default, int) else 1}")
         _check_bounds(md, value, fail, given if isinstance(given, float) and given else None)
         return value
     if tp is float:
         if not _is_number(value):
-            fail(f"must be a number, got {value!r}")
+            fail(f"must be a number, got {excerpt(value)}")
         given = value
         try:
             value = float(value) + 0.0  # + 0.0: a negative zero is zero (it would print as -0)
@@ -219,7 +220,7 @@ def _validate_scalar(tp: type, f: dataclasses.Field[Any], value: Any,
         return value
     if tp is str:
         if not isinstance(value, str):
-            fail(f"must be a string, got {value!r}")
+            fail(f"must be a string, got {excerpt(value)}")
         if md.get("min_length") and len(value) < md["min_length"]:
             fail("must not be empty")
         return value
@@ -233,7 +234,7 @@ def _validate_compound(cls: type, f: dataclasses.Field[Any], tp: Any, value: Any
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            fail(f"must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+            fail(f"must be one of {', '.join(map(repr, allowed))}, got {excerpt(value)}")
         return value
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, tp):  # type: ignore[arg-type]
@@ -242,7 +243,7 @@ def _validate_compound(cls: type, f: dataclasses.Field[Any], tp: Any, value: Any
     if origin is tuple:
         item = typing.get_args(tp)[0]
         if not isinstance(value, tuple | list):
-            fail(f"must be a list, got {value!r}")
+            fail(f"must be a list, got {excerpt(value)}")
         if dataclasses.is_dataclass(item) and not all(isinstance(v, item) for v in value):  # type: ignore[arg-type]
             fail(f"every entry must be a {item.__name__}")  # type: ignore[union-attr]
         return tuple(value)
@@ -250,7 +251,7 @@ def _validate_compound(cls: type, f: dataclasses.Field[Any], tp: Any, value: Any
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            fail(f"must map strings to strings, got {value!r}")
+            fail(f"must map strings to strings, got {excerpt(value)}")
         return dict(value)
     raise TypeError(f"spec field {cls.__name__}.{f.name} has an unsupported type {tp!r}")
 
@@ -520,12 +521,12 @@ class ModelRef(_Settings):
 def parse_rfc3339(text: str, key: str) -> datetime:
     """An RFC 3339 time with its offset (``2025-11-28T09:00:00+01:00``); ConfigError naming ``key`` otherwise."""
     if not isinstance(text, str) or not _RFC3339.match(text):
-        raise ConfigError(f"{key}: {text!r} is not an RFC 3339 time with an offset; write e.g. "
+        raise ConfigError(f"{key}: {excerpt(text)} is not an RFC 3339 time with an offset; write e.g. "
                           "2025-11-28T09:00:00+01:00 or 2025-11-28T08:00:00Z", field=key)
     try:
         return datetime.fromisoformat(text.replace("z", "Z").replace("t", "T"))
     except ValueError as exc:
-        raise ConfigError(f"{key}: {text!r} is not a valid date and time ({exc})", field=key) from exc
+        raise ConfigError(f"{key}: {excerpt(text)} is not a valid date and time ({exc})", field=key) from exc
 
 
 @dataclass(frozen=True)
@@ -645,10 +646,10 @@ class ScalerSpec(_Settings):
                        "for repeating windows, and drop the ones that are over")
         for i, ev in enumerate(self.events):
             if ev.min_replicas is not None and ev.min_replicas > self.max_replicas:
-                self._fail(f"events[{i}].min_replicas", f"({ev.min_replicas}) of event {ev.name!r} is greater "
+                self._fail(f"events[{i}].min_replicas", f"({ev.min_replicas}) of event {excerpt(ev.name)} is greater "
                            f"than maxReplicas ({self.max_replicas}); lower it or raise maxReplicas")
             if ev.name in {e.name for e in self.events[:i]}:
-                self._fail(f"events[{i}].name", f"{ev.name!r} is used by two events; give each a unique name")
+                self._fail(f"events[{i}].name", f"{excerpt(ev.name)} is used by two events; give each a unique name")
         if self.mode == "keda" and self.prewarm.enabled:
             self._fail("prewarm.enabled", "is true with mode 'keda'; placeholder pods are managed only in mode "
                        "'scale' (KEDA scales the replicas) — set prewarm.enabled to false or mode to 'scale'")

@@ -37,6 +37,7 @@ from predictive_scaler.spec import (
     field_bounds,
     number_text,
 )
+from predictive_scaler.yaml_input import excerpt
 
 #: Every policy the harness knows, in the order reports list them.
 POLICIES: tuple[str, ...] = ("predictive", "reactive", "static", "holt-winters", "oracle")
@@ -75,7 +76,7 @@ class MeasurementChain:
         for name in ("scrape_interval_s", "rate_window_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-                raise ConfigError(f"measurement.{name.removesuffix('_s')} must be whole seconds, got {value!r}",
+                raise ConfigError(f"measurement.{name.removesuffix('_s')} must be whole seconds, got {excerpt(value)}",
                                   field=f"measurement.{name.removesuffix('_s')}")
         if not 1 <= self.scrape_interval_s <= 600:
             raise ConfigError(f"measurement.scrape_interval must be in 1s..10m, got {self.scrape_interval_s}s",
@@ -171,7 +172,7 @@ class MeasurementChain:
                 kw[f"{key}_s"] = int(seconds)
         if "exact" in data:
             if not isinstance(data["exact"], bool):
-                raise ConfigError(f"measurement.exact must be true or false, got {data['exact']!r}",
+                raise ConfigError(f"measurement.exact must be true or false, got {excerpt(data['exact'])}",
                                   field="measurement.exact")
             kw["exact"] = data["exact"]
         return cls(**kw)
@@ -231,7 +232,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; {did_you_mean(self.preset, PRESETS)}choose one of "
+            raise ConfigError(f"unknown preset {excerpt(self.preset)}; {did_you_mean(self.preset, PRESETS)}choose one of "
                               f"{', '.join(sorted(PRESETS))}", field="preset")
         cp = self.control_period.total_seconds()
         if cp < 1 or cp != int(cp) or cp > 600:
@@ -299,12 +300,12 @@ class Scenario:
         """The policies, forecasters and horizons: known ones, and at least one of each list."""
         for p in self.policies:
             if p not in POLICIES:
-                raise ConfigError(f"unknown policy {p!r}; {did_you_mean(p, POLICIES)}choose from "
+                raise ConfigError(f"unknown policy {excerpt(p)}; {did_you_mean(p, POLICIES)}choose from "
                                   f"{', '.join(POLICIES)}", field="policies")
         kinds = registry.FORECASTER_KINDS
         for k in self.forecasters:
             if k not in kinds:
-                raise ConfigError(f"forecasters: unknown forecaster {k!r}; {did_you_mean(k, kinds)}"
+                raise ConfigError(f"forecasters: unknown forecaster {excerpt(k)}; {did_you_mean(k, kinds)}"
                                   f"choose from {', '.join(kinds)}", field="forecasters")
         if not self.forecasters:
             raise ConfigError(f"forecasters: none given; choose from {', '.join(kinds)}",
@@ -557,7 +558,7 @@ def _cluster_budget(value: Any) -> dict[str, Any]:
         out["maxCostPerHour"] = _float(value["maxCostPerHour"], "cluster_budget.maxCostPerHour")
     for key, number in out.items():
         if number < 0:
-            raise ConfigError(f"cluster_budget.{key} must be ≥ 0, got {number!r}", field=f"cluster_budget.{key}")
+            raise ConfigError(f"cluster_budget.{key} must be ≥ 0, got {excerpt(number)}", field=f"cluster_budget.{key}")
     # The spec's budget bounds: what every scaler's own budget may allow, at most.
     highest = {"maxGpus": MAX_GPUS, "maxCostPerHour": MAX_COST_PER_HOUR}
     for key, number in out.items():
@@ -627,13 +628,13 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
 def _duration(value: Any, key: str, *, allow_zero: bool = False) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ConfigError(f"{key}: a duration must be a number of seconds or text such as 30s, 10m, 7d; got "
-                          f"{value!r}", field=key)
+                          f"{excerpt(value)}", field=key)
     try:
         out = parse_duration(value)
     except (DataError, OverflowError) as exc:
         raise ConfigError(f"{key}: {exc}", field=key) from exc
     if out < timedelta(0) or (out == timedelta(0) and not allow_zero):
-        raise ConfigError(f"{key}: {value!r} is not a positive duration; give one such as 30s, 10m or 7d",
+        raise ConfigError(f"{key}: {excerpt(value)} is not a positive duration; give one such as 30s, 10m or 7d",
                           field=key)
     return out
 
@@ -649,7 +650,7 @@ def _seconds(value: Any, key: str) -> float:
 def _int(value: Any, key: str) -> int:
     whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
     if isinstance(value, bool) or not whole:
-        raise ConfigError(f"{key} must be a whole number, got {value!r}", field=key)
+        raise ConfigError(f"{key} must be a whole number, got {excerpt(value)}", field=key)
     return int(value)
 
 
@@ -667,7 +668,7 @@ def _names(data: Mapping[Any, Any], where: str) -> None:
     """Every key of a settings mapping is a name: YAML also reads ``1:``, ``true:`` and ``~:`` as keys."""
     for key in data:
         if not isinstance(key, str):
-            raise ConfigError(f"{where}: {key!r} ({type(key).__name__}) is not a setting name; setting names are "
+            raise ConfigError(f"{where}: {excerpt(key)} ({type(key).__name__}) is not a setting name; setting names are "
                               "text such as control_period (quote a key that YAML reads as a number or a boolean)",
                               field=where)
 
@@ -676,5 +677,5 @@ def _list(value: Any, key: str) -> list[Any]:
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list):
-        raise ConfigError(f"{key} must be a list, got {value!r}", field=key)
+        raise ConfigError(f"{key} must be a list, got {excerpt(value)}", field=key)
     return value

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from predictive_scaler.errors import ConfigError, did_you_mean
+from predictive_scaler.yaml_input import excerpt
 
 #: Lead times per node autoscaler. Image pull 3–8 min on a cold node
 #: (5 min taken), model load ~1 min; Cluster Autoscaler removes a node after
@@ -101,7 +102,7 @@ class ClusterConfig:
             base = PRESETS[name]
         except KeyError:
             raise ConfigError(
-                f"unknown preset {name!r}; {did_you_mean(name, PRESETS)}choose one of {', '.join(sorted(PRESETS))}",
+                f"unknown preset {excerpt(name)}; {did_you_mean(name, PRESETS)}choose one of {', '.join(sorted(PRESETS))}",
                 field="preset",
             ) from None
         return cls(**{**base, **overrides})

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.forecasting.registry import DEFAULT_CANDIDATES
+from predictive_scaler.yaml_input import excerpt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +51,7 @@ def parse_time_flag(flag: str, text: str, timezone: str | None = None) -> pd.Tim
     except (ValueError, OverflowError):
         stamp = pd.NaT
     if pd.isna(stamp):
-        raise ConfigError(f"{flag} {text!r} is not a time; write ISO-8601, e.g. 2026-03-01T00:00:00Z",
+        raise ConfigError(f"{flag} {excerpt(text)} is not a time; write ISO-8601, e.g. 2026-03-01T00:00:00Z",
                           field=flag.lstrip("-").replace("-", "_"))
     if stamp.tzinfo is None and timezone is not None:
         from predictive_scaler.series import parse_timezone
@@ -58,7 +59,7 @@ def parse_time_flag(flag: str, text: str, timezone: str | None = None) -> pd.Tim
         try:
             stamp = stamp.tz_localize(parse_timezone(timezone), ambiguous="raise", nonexistent="raise")
         except ValueError as exc:
-            raise ConfigError(f"{flag} {text!r} does not exist or happens twice in {timezone} (a clock change); "
+            raise ConfigError(f"{flag} {excerpt(text)} does not exist or happens twice in {timezone} (a clock change); "
                               "write it with its UTC offset", field=flag.lstrip("-").replace("-", "_")) from exc
     return to_utc(stamp)
 
@@ -103,7 +104,7 @@ def positive_duration(flag: str, text: str) -> timedelta:
     except DataError as exc:
         raise ConfigError(f"{flag}: {exc}", field=flag.lstrip("-").replace("-", "_")) from exc
     if value <= timedelta(0):
-        raise ConfigError(f"{flag} {text!r} is not a positive duration; give one such as 14d",
+        raise ConfigError(f"{flag} {excerpt(text)} is not a positive duration; give one such as 14d",
                           field=flag.lstrip("-").replace("-", "_"))
     return value
 

@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.errors import ModelError, did_you_mean
+from predictive_scaler.yaml_input import excerpt
 
 if TYPE_CHECKING:  # annotations only: the command line reads DEFAULT_CANDIDATES without numpy
     from predictive_scaler.forecasting.base import FittedModel, Forecaster
@@ -43,11 +44,11 @@ def _load(kind: str, which: int) -> Any:
         module, *names = _KINDS[kind]
     except KeyError:
         raise ModelError(
-            f"unknown model kind {kind!r}; known kinds: {', '.join(sorted(_KINDS))}"
+            f"unknown model kind {excerpt(kind)}; known kinds: {', '.join(sorted(_KINDS))}"
         ) from None
     name = names[which]
     if not name:
-        raise ModelError(f"model kind {kind!r} cannot be fitted on its own")
+        raise ModelError(f"model kind {excerpt(kind)} cannot be fitted on its own")
     return getattr(importlib.import_module(module), name)
 
 
@@ -69,7 +70,7 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     for k in kinds:
         if k not in FORECASTER_KINDS:
-            raise ModelError(f"unknown model {k!r}; {did_you_mean(k, FORECASTER_KINDS)}choose from "
+            raise ModelError(f"unknown model {excerpt(k)}; {did_you_mean(k, FORECASTER_KINDS)}choose from "
                              f"{', '.join(FORECASTER_KINDS)}")
     if not kinds:
         raise ModelError(f"no models given; choose from {', '.join(FORECASTER_KINDS)}")

@@ -4,11 +4,13 @@ the kubernetes library would crash on refused up front (what is wrong, what to d
 from __future__ import annotations
 
 import os
+from functools import partial
 
 from kubernetes.client import ApiClient
 
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.kube.transport import TRANSPORT_RETRIES
+from predictive_scaler.yaml_input import read_regular
 
 
 def api_client_from_environment(
@@ -75,8 +77,10 @@ def check_kubeconfig(path: str | None, context: str | None = None) -> None:  # n
             raise ConfigError(f"kubeconfig {f}: is a directory; give the kubeconfig file inside it (usually "
                               "~/.kube/config)", field="kubeconfig")
         try:
-            with open(f, "rb") as fh:
-                text = fh.read(10 * 1024 * 1024).decode("utf-8")
+            # A regular file only (a FIFO would block for ever), of at most 10 MiB (a kubeconfig is kilobytes).
+            text = read_regular(f, limit=10 * 1024 * 1024, what="a kubeconfig",
+                                remedy="give your kubeconfig file (`kubectl config view --raw` prints one)",
+                                error=partial(ConfigError, field="kubeconfig")).decode("utf-8")
             doc = check_size(yaml.safe_load(text), f"kubeconfig {f}", field="kubeconfig")
         except RecursionError as exc:
             raise ConfigError(f"kubeconfig {f}: nested too deeply to read; give your kubeconfig file",

@@ -43,6 +43,7 @@ from predictive_scaler.retrain.training import (
     guarded,
     train_and_promote,
 )
+from predictive_scaler.yaml_input import read_regular
 
 # Names the job has always offered (their homes: outcome.py, training.py).
 __all__ = [
@@ -80,12 +81,14 @@ def record_path(store: ModelStore, model: str, run_id: str) -> Path:
 
 def read_record(store: ModelStore, model: str, run_id: str) -> ScalerOutcome | None:
     path = record_path(store, model, run_id)
-    try:
-        doc = json.loads(path.read_text())
-        return ScalerOutcome.from_dict(doc)
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None
-    except (ValueError, TypeError, OSError) as exc:
+    try:
+        # A regular file of at most 1 MiB (a record is a few kilobytes): a FIFO planted there must not block.
+        doc = json.loads(read_regular(path, limit=1 << 20, what="a retrain record", error=ModelError,
+                                      remedy="it is ignored and the scaler retrained"))
+        return ScalerOutcome.from_dict(doc)
+    except (ValueError, TypeError, OSError, ModelError) as exc:
         log.warning("ignoring unreadable retrain record %s (%s); the scaler is retrained", path, exc)
         return None
 

@@ -13,6 +13,7 @@ from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.store import DEFAULT_KEEP
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, format_duration
 from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.yaml_input import excerpt
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class RetrainSettings:
             raise ConfigError("no candidate models; give e.g. arima,persistence", field="kinds")
         for kind in self.kinds:
             if kind not in registry.FORECASTER_KINDS:
-                raise ConfigError(f"unknown model {kind!r}; choose from {', '.join(registry.FORECASTER_KINDS)}",
+                raise ConfigError(f"unknown model {excerpt(kind)}; choose from {', '.join(registry.FORECASTER_KINDS)}",
                                   field="kinds")
         if self.keep < 1:
             raise ConfigError("keep at least 1 version", field="keep")

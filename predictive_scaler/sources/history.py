@@ -12,12 +12,15 @@ pulled value is the mean over a different window than the step it stands for.
 Demand is therefore pulled every minute and averaged per step, whatever the
 query's range (``average_from``; see ``sources/demand.py``).
 
-Gaps stay NaN. History length is the span from the first to the last present
-value, so a series that began (or stopped) 9 days into a 21-day window is
-refused as 9 days of history, not accepted as 21. Leading NaN is trimmed.
-A NaN sample Prometheus answered (its 0/0) is a gap too, never 0; when the
-history is refused for missing data, the message says how many samples were
-NaN. An impossible value (negative, ±Inf, absurdly large) is refused by the
+Gaps stay NaN. History length follows the one rule of
+:func:`~predictive_scaler.series.observed_history`: from the first present value to
+the moment of reading, so a series that began 9 days into a 21-day window is
+refused as 9 days of history, not accepted as 21 (leading NaN is trimmed), while a
+gap anywhere after it — a scrape outage just before the pull, a metric that
+stopped — counts against the missing share. A NaN sample Prometheus answered (its
+0/0) is a gap too, never 0; when NaN answers are why a history is refused, the
+query is at fault and the refusal is a failing source (``NaNAnswerError``) that
+names how many samples were NaN. An impossible value (negative, ±Inf, absurdly large) is refused by the
 source (:class:`~predictive_scaler.sources.prometheus.ImpossibleValueError`).
 
 Incremental recent windows. :meth:`PrometheusMetrics.recent` keeps the window it
@@ -43,10 +46,17 @@ import pandas as pd
 
 from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import DataError, SourceError
-from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, ValueKind, check_history
+from predictive_scaler.series import (
+    DEFAULT_MIN_HISTORY,
+    Series,
+    ValueKind,
+    check_history,
+    observed_history,
+)
 from predictive_scaler.sources.prometheus import (
     Combine,
     DuplicateSeriesError,
+    NaNAnswerError,
     PrometheusSource,
     RangeSeries,
     iso_utc,
@@ -161,25 +171,25 @@ def _check_pulled(series: Series, query: str, min_history: timedelta | None,
         if min_history is None:
             return series
         if nans:
-            raise DataError(f"history query {query!r} returned no usable data between {series.start} and "
-                            f"{series.end}: {nans}; guard the divisor in the query (e.g. … / (x > 0)) or check "
-                            "its scrape target in the Prometheus UI")
+            raise NaNAnswerError(f"history query {query!r} returned no usable data between {series.start} and "
+                                 f"{series.end}: {nans}; guard the divisor in the query (e.g. … / (x > 0)) or "
+                                 "check its scrape target in the Prometheus UI")
         raise DataError(f"history query {query!r} returned no data between {series.start} and "
                         f"{series.end}; check the metric name and labels in the Prometheus UI")
-    observed = series.slice(int(present[0]), len(series))
-    # Length is what was observed, first to last value: a metric that stopped 12 days ago
-    # has not got 21 days of history because the window is 21 days long.
+    # The one rule (observed_history): from the first observation to the moment of reading; gaps
+    # anywhere in it, at its end too, count against the missing share, not against its length.
+    observed = observed_history(series, series.end)
     try:
-        check_history(series.slice(int(present[0]), int(present[-1]) + 1), min_history)
-    except DataError as exc:  # too short or too gappy: say when NaN samples made it so
+        check_history(observed, min_history)
+        if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
+            raise DataError(
+                f"history query {query!r}: {observed.missing_fraction:.0%} of the steps since "
+                f"{observed.start} are missing (> {max_missing_fraction:.0%} allowed); fix the scrape gaps or "
+                "allow more missing data")
+    except DataError as exc:  # too short or too gappy: when NaN answers made it so, the query is at fault
         if not nans:
             raise
-        raise type(exc)(f"{exc}; {nans}") from exc
-    if max_missing_fraction is not None and observed.missing_fraction > max_missing_fraction:
-        raise DataError(
-            f"history query {query!r}: {observed.missing_fraction:.0%} of the steps since "
-            f"{observed.start} are missing (> {max_missing_fraction:.0%} allowed){'; ' + nans if nans else ''}; "
-            "fix the scrape gaps or allow more missing data")
+        raise NaNAnswerError(f"{exc}; {nans}; guard the divisor in the query (e.g. … / (x > 0))") from exc
     return observed if min_history is not None else series
 
 

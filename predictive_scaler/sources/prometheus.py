@@ -121,6 +121,11 @@ class ImpossibleValueError(SourceError, DataError):
     """
 
 
+class NaNAnswerError(SourceError, DataError):
+    """Prometheus answered NaN (its 0/0) for so much of a history that what is left cannot be trained
+    on: the query, not the history, is what to fix — refused as a failing source, never as short history."""
+
+
 @dataclass(frozen=True)
 class Sample:
     """One element of an instant vector (or the single value of a scalar result)."""

@@ -301,6 +301,20 @@ HANGS: list[Case] = [
     Case("retrain-config-is-a-fifo",
          "retrain --config {d}/scalers.yaml --prometheus http://127.0.0.1:9 --store {store}", 2,
          ("scalers.yaml", "is a FIFO (named pipe), not a regular file"), {"scalers.yaml": fifo}, timeout=QUICK),
+    Case("kubeconfig-is-a-fifo-controller",
+         "controller --kubeconfig {d}/kc --prometheus-url http://127.0.0.1:9 --model-store {store}", 2,
+         ("kc: is a FIFO (named pipe), not a regular file", "kubectl config view --raw"), {"kc": fifo},
+         timeout=QUICK),
+    # A retrain record planted as a FIFO is ignored (and replaced), never waited on; the source is down,
+    # so the run fails for that reason, promptly.
+    Case("retrain-record-is-a-fifo",
+         "retrain --config {d}/scalers.yaml --prometheus http://127.0.0.1:9 --store {store} --run-id r1 "
+         "--timeout 1", 1, ("cannot connect", "1 scaler(s) failed"),
+         {"scalers.yaml": "apiVersion: predictive-scaler.io/v1alpha1\nkind: PredictiveScaler\n"
+                          "metadata: {name: web, namespace: ml}\nspec:\n  target: {name: web}\n"
+                          "  demand: {query: 'sum(rate(x[5m]))'}\n  capacity: {requestsPerReplica: 20}\n"
+                          "  maxReplicas: 20\n",
+          "store/web/retrain/r1.json": fifo}, store_may_change=True, timeout=QUICK),
 ]
 
 SECRET = "the file a link in the store points at\n"

@@ -317,8 +317,14 @@ IMPOSSIBLE_DEMAND: list[Case] = [
     bcase("tiny-negative", series(bad_at("-1e-09")), *IMPOSSIBLE, "-1e-09, a negative value"),
     bcase("nan-everywhere", series(lambda ts: ["NaN"] * len(ts)), "no usable data", "were NaN",
           "0/0", "never as 0", "guard the divisor"),
-    rcase("nan-everywhere-retrain-is-skipped", series(lambda ts: ["NaN"] * len(ts)), 0, "no usable data",
-          "were NaN", result="skipped"),
+    rcase("nan-everywhere-retrain-fails", series(lambda ts: ["NaN"] * len(ts)), 1, "no usable data",
+          "were NaN", FAILED),
+    rcase("nan-most-steps-retrain-fails", series(lambda ts: ["NaN" if (t // 3600) % 2 else f"{v:.3f}"
+                                                           for t, v in zip(ts, demand(ts), strict=True)]),
+          1, "missing (> 20% allowed)", "were NaN", "guard the divisor", FAILED),
+    rcase("a-few-nan-steps-are-gaps-and-it-trains", series(lambda ts: ["NaN" if t % 86400 < 600 else f"{v:.3f}"
+                                                                     for t, v in zip(ts, demand(ts), strict=True)]),
+          0, result="promoted|kept"),
     bcase("nan-most-steps", series(lambda ts: ["NaN" if (t // 3600) % 2 else f"{v:.3f}"
                                                for t, v in zip(ts, demand(ts), strict=True)]),
           "missing (> 20% allowed)", "were NaN", "never as 0"),

@@ -252,7 +252,18 @@ UNBOUNDED_INPUT: list[Case] = [
     Case("frontier-up-to-max-replicas", SCENARIO + " --frontier", 2,
          ("s.yaml", "the static frontier's fleet sizes up to max_replicas 100,000", "replica-ticks"),
          {"s.yaml": f"max_replicas: {MAX_REPLICAS}\npolicies: [reactive, static]\n"}, then=no_report, timeout=10),
+    # A refusal quotes a short excerpt of what it refuses, never the whole of a huge value.
+    Case("a-half-megabyte-mode-is-quoted-short", SCALER, 2, ("mode", "(500,000 characters)"),
+         {"scaler.yaml": manifest(mode="x" * 500_000)}, then=lambda ran, work: short_output(ran), timeout=10),
+    Case("a-100-kb-models-flag-is-quoted-short", "train --trace {d}/good.csv --out {store} --name web --models "
+         + "y" * 100_000, 2, ("unknown model", "(100,000 characters)"), then=lambda ran, work: short_output(ran)),
+    Case("a-huge-scenario-preset-is-quoted-short", SCENARIO, 2, ("unknown preset", "(300,000 characters)"),
+         {"s.yaml": "preset: " + "z" * 300_000 + "\n"}, then=lambda ran, work: short_output(ran), timeout=10),
 ]
+
+
+def short_output(ran: Ran) -> None:
+    assert len(ran.text) < 4000, f"{len(ran.text):,} characters of output: the input was echoed back"
 
 CASES: dict[str, list[Case]] = {
     "numeric extremes": NUMERIC_EXTREMES,
