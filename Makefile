@@ -38,6 +38,11 @@ peers-venv: $(PEERS_STAMP)
 demo: $(STAMP)
 	$(BIN)/predictive-scaler backtest --frontier --evaluation 42d --report backtests/results/demo
 
+## report-screenshot: run the demo, then photograph its report's first screens into docs/ (needs Debian's chromium)
+.PHONY: report-screenshot
+report-screenshot: demo
+	bash scripts/report-screenshot.sh backtests/results/demo/report.html docs/report-screenshot.png
+
 ## tools: the programs the tests need besides Python packages (installed with apt when root)
 tools:
 	@bash scripts/ensure-tools.sh

@@ -1,5 +1,11 @@
 """Backtest outputs: a terminal table, a Markdown report, a self-contained HTML page, PNG plots.
 
+The report answers first: a paragraph in plain words (:mod:`~predictive_scaler.backtest.headline`,
+written from the ``--json`` document so that its figures are the JSON's), then the cost–service
+frontier, the cost per day against the reactive baseline and the hardest days
+(:mod:`~predictive_scaler.backtest.plots`); the tables, the aims, the forecast accuracy and the
+scenario follow. Every amount carries its currency.
+
 Plots are drawn with matplotlib's Agg backend (no display needed); the HTML
 embeds them as base64 data URIs so the page is one file that can be mailed.
 """
@@ -16,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from predictive_scaler.backtest import event_windows
+from predictive_scaler.backtest import event_windows, plots
+from predictive_scaler.backtest.headline import currency, duration_words, headline, money, price
 
 if TYPE_CHECKING:
     from predictive_scaler.backtest.frontier import FrontierResult
@@ -37,11 +44,13 @@ _COLUMNS = (
     ("vs_oracle", "GPU-h / oracle"),
     ("vs_reactive_unmet", "unmet / reactive"),
 )
-
-
-def _fmt(key: str, value: Any) -> str:
+#: Columns that are amounts of money: printed with the currency.
+_MONEY = ("cost", "wasted_prewarm_cost")
+def _fmt(key: str, value: Any, cur: str = "") -> str:
     if value is None:
         return "–"
+    if key in _MONEY:
+        return money(value, cur)
     if key == "slo_attainment":
         return f"{100 * value:.2f} %"
     if key.startswith("vs_"):
@@ -68,7 +77,8 @@ def policy_rows(result: Result) -> list[dict[str, Any]]:
 
 
 def table_lines(result: Result) -> list[list[str]]:
-    return [[_fmt(k, row.get(k)) for k, _ in _COLUMNS] for row in policy_rows(result)]
+    cur = currency(result)
+    return [[_fmt(k, row.get(k), cur) for k, _ in _COLUMNS] for row in policy_rows(result)]
 
 
 def terminal_table(result: Result) -> str:
@@ -111,9 +121,19 @@ def _pct(v: float | None) -> str:
     return "–" if v is None or not math.isfinite(v) else f"{100 * v:.1f} %"
 
 
+def report_headline(result: Result, frontier: FrontierResult | None = None) -> str:
+    """The report's opening paragraph, from the document ``backtest --json`` prints for this run."""
+    doc = result.to_json() if frontier is None else frontier.to_json()
+    allowed = _allowed_gpus(result) if "predictive" in result.measures else None
+    return headline(doc, currency=currency(result), allowed_gpus=allowed)
+
+
+# -- the aims ----------------------------------------------------------------------------------
+
 def verdict(result: Result, frontier: FrontierResult | None = None) -> list[str]:
-    """The aims, checked plainly: demand served, the frontier's (when it ran), the prewarm budget, unmet minutes
-    against reactive and GPU-hours against the physical bound."""
+    """The aims, each with its figure and whether it is met, in the reader's terms: demand served, the
+    frontier's (when it ran), the prewarm budget, unmet minutes against reactive and GPU-hours against
+    the physical bound; then where the shortfalls come from."""
     m = result.measures.get("predictive")
     if m is None:
         return ["the predictive policy was not run"]
@@ -124,29 +144,31 @@ def verdict(result: Result, frontier: FrontierResult | None = None) -> list[str]
     served = "–" if slo is None else f"{100 * slo:.2f} %"
     reached = slo is not None and slo >= 0.995
     if oracle is None or oracle_full:
-        lines.append(f"demand served: {served} (aim ≥ 99.5 %) — {'met' if reached else 'NOT met'}")
+        lines.append(f"demand served: {served} of all requests found a ready replica (aim: at least 99.5 %) — "
+                     f"{'met' if reached else 'not met'}")
     else:
         # The aim is judged only where the oracle serves everything; say so instead of a verdict.
-        lines.append(f"demand served: {served} (aim ≥ 99.5 % applies where the oracle serves 100 %; here the "
-                     f"oracle serves {_pct(oracle.slo_attainment)}) — not judged"
-                     + ("" if reached else f", {served} is below 99.5 %"))
+        lines.append(f"demand served: {served} — not judged: the aim of 99.5 % applies where perfect foresight "
+                     f"(the oracle) serves everything, and here even it serves {_pct(oracle.slo_attainment)}"
+                     + ("" if reached else f"; {served} is below 99.5 %"))
     if frontier is not None:
         lines += frontier_verdict(frontier)
     if m.minutes_over_budget is not None:
         allowed = _allowed_gpus(result)
-        lines.append(f"prewarm budget, audited every minute against the counterfactual: at most "
-                     f"{m.max_speculative_gpus} speculative GPUs (allowed {allowed}), {m.minutes_over_budget:,.0f} "
-                     f"minutes over budget — {'met' if m.minutes_over_budget == 0 else 'NOT met'}")
+        lines.append(f"prewarm budget: at most {m.max_speculative_gpus} GPUs held ahead of what the HPA rule alone "
+                     f"would have run (allowed: {allowed}), {m.minutes_over_budget:,.0f} minutes over it, checked "
+                     f"every minute — {'met' if m.minutes_over_budget == 0 else 'not met'}")
     reactive = result.measures.get("reactive")
     if reactive is not None:
         r = result.ratios()["predictive"]["unmet_minutes_vs_reactive"]
         ok = r is not None and r < 0.2 or (reactive.unmet_minutes == 0 and m.unmet_minutes == 0)
-        lines.append(f"unmet minutes: {m.unmet_minutes:,.0f} vs reactive (target "
-                     f"{result.setup.scenario.target_utilization:g}) {reactive.unmet_minutes:,.0f} "
-                     f"(aim < 1/5) — {'met' if ok else 'NOT met'}")
+        lines.append(f"minutes with demand unmet: {m.unmet_minutes:,.0f} against reactive's "
+                     f"{reactive.unmet_minutes:,.0f} at its {100 * result.setup.scenario.target_utilization:g} % "
+                     f"target (aim: under a fifth of reactive's) — {'met' if ok else 'not met'}")
     vb = result.ratios()["predictive"]["gpu_hours_vs_bound"]
-    lines.append(f"GPU-hours: {_fmt('vs_bound', vb)} the physical bound (aim ≤ 1.3×) — "
-                 f"{'met' if vb is not None and vb <= 1.3 else 'NOT met'}")
+    lines.append(f"GPU-hours: {_fmt('vs_bound', vb)} the physical bound, the whole nodes that exactly fit each "
+                 f"minute's demand with no start-up time (aim: at most 1.3×) — "
+                 f"{'met' if vb is not None and vb <= 1.3 else 'not met'}")
     lines += _why(result)
     return lines
 
@@ -160,29 +182,32 @@ def _allowed_gpus(result: Result) -> int:
 def frontier_verdict(frontier: FrontierResult) -> list[str]:
     h = frontier.headline
     pred = frontier.predictive_default
+    cur, gpu_price = currency(frontier.base), price(frontier.base)
     lines = []
     if frontier.dominated_by:
-        worst = ", ".join(f"{b['policy']} {_knob(b['knob'])} ({b['gpu_hours']:,.0f} GPU-h, "
-                          f"{_pct(b['slo_attainment'])})" for b in frontier.dominated_by)
-        lines.append(f"dominance: NOT met — cheaper and serving more than the predictive default point "
-                     f"({pred.gpu_hours:,.0f} GPU-h, {_pct(pred.slo_attainment)}): {worst}")
+        worst = ", ".join(f"{b['policy']} at {_setting(b['knob'])} ({money(b['gpu_hours'] * gpu_price, cur)}, "
+                          f"{_pct(b['slo_attainment'])} served)" for b in frontier.dominated_by)
+        lines.append(f"no other setting both cheaper and serving more: not met — cheaper than predictive's default "
+                     f"({money(pred.gpu_hours * gpu_price, cur)}, {_pct(pred.slo_attainment)} served) and serving "
+                     f"more: {worst}")
     else:
-        lines.append("dominance: met — no reactive or Holt-Winters operating point is both cheaper and serves "
-                     "more than the predictive default point")
+        lines.append("no other setting both cheaper and serving more: no reactive or Holt-Winters target tried is "
+                     "both cheaper than predictive's default and serves more — met")
     gap = h.get("gap_closed_vs_reactive")
     if gap is None:
-        lines.append("gap closed vs reactive: undefined (the predictive point serves more than every reactive point, "
-                     "or the oracle is no cheaper than the reference)")
+        lines.append("share of the possible saving reached: undefined (predictive serves more than every reactive "
+                     "target tried, or the oracle is no cheaper than reactive at that service)")
     else:
-        lines.append(f"gap closed vs reactive: {gap:.2f} of the way from the reactive reference to the oracle "
-                     f"(aim ≥ 0.5; beyond: ≥ 0.7) — {'met' if gap >= 0.5 else 'NOT met'}")
+        lines.append(f"share of the possible saving reached: {gap:.2f} of the way from reactive's cost at equal "
+                     f"service down to the oracle's (aim: at least 0.5; stretch: 0.7) — {'met' if gap >= 0.5 else 'not met'}")
     cr = h.get("cost_ratio_vs_reactive")
     if cr is not None:
-        lines.append(f"cost ratio vs reactive at the same share served: {cr:.2f} (aim beyond: ≤ 0.85 where the "
-                     "oracle leaves that much room)")
+        lines.append(f"cost at equal service: {cr:.2f}× reactive's (stretch aim: at most 0.85× where the oracle "
+                     "leaves that much room)")
     hw_gap, hw_cr = h.get("gap_closed_vs_holt_winters"), h.get("cost_ratio_vs_holt_winters")
     if hw_gap is not None and hw_cr is not None:
-        lines.append(f"against Holt-Winters: cost ratio {hw_cr:.2f}, gap closed {hw_gap:.2f}")
+        lines.append(f"against Holt-Winters (a seasonal forecast under the HPA rule) at equal service: cost "
+                     f"{hw_cr:.2f}×, {hw_gap:.2f} of the way to the oracle")
     ur = h.get("unmet_ratio_vs_reactive")
     if ur is not None:
         lines.append(f"unmet minutes at equal cost: {ur:.2f}× reactive's")
@@ -193,13 +218,28 @@ def _knob(knob: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in knob.items()) or "-"
 
 
+def _setting(knob: dict[str, Any]) -> str:
+    """An operating point's knob in words: "HPA target 60 %", "planning target 90 %", "12 replicas"."""
+    words = {"target_utilization": "HPA target", "predictive_target_utilization": "planning target"}
+    out = []
+    for k, v in knob.items():
+        if k in words:
+            out.append(f"{words[k]} {100 * v:g} %")
+        elif k == "replicas":
+            out.append(f"{v} replicas")
+        else:
+            out.append(f"{k} {v}")
+    return ", ".join(out) or "perfect foresight"
+
+
 def frontier_table(frontier: FrontierResult) -> str:
-    out = ["| policy | knob | GPU-h | served | unmet min |", "|---|---|---|---|---|"]
+    cur, gpu_price = currency(frontier.base), price(frontier.base)
+    out = ["| policy | setting | GPU-h | cost | served | unmet min |", "|---|---|---|---|---|---|"]
     for name, points in frontier.frontier.items():
         for p in points:
             mark = " (default)" if p.default else ""
-            out.append(f"| {name}{mark} | {_knob(p.knob)} | {p.gpu_hours:,.0f} | {_pct(p.slo_attainment)} | "
-                       f"{p.unmet_minutes:,.0f} |")
+            out.append(f"| {name}{mark} | {_setting(p.knob)} | {p.gpu_hours:,.0f} | {money(p.gpu_hours * gpu_price, cur)} "
+                       f"| {_pct(p.slo_attainment)} | {p.unmet_minutes:,.0f} |")
     return "\n".join(out)
 
 
@@ -228,8 +268,9 @@ def _why(result: Result) -> list[str]:
         in_fallback = float(np.count_nonzero(unmet & run.fallback) * per_min)
         total = float(np.count_nonzero(unmet) * per_min)
         share = int(np.count_nonzero(run.fallback & known)) / max(1, int(np.count_nonzero(known)))
-        out.append(f"why: {in_fallback:,.0f} of the {total:,.0f} unmet minutes fell in reactive fallback "
-                   f"({100 * share:.0f} % of the time was fallback: drift or missing data)")
+        out.append(f"why: {in_fallback:,.0f} of the {total:,.0f} unmet minutes fell while the forecast was set aside "
+                   f"for the reactive rule ({100 * share:.0f} % of the time: the forecast drifted from demand, or "
+                   "data was missing)")
     known = demand.known
     total_demand = float(np.where(known, demand.values, 0.0).sum())
     ceiling = result.setup.max_replicas * demand.capacity_per_replica
@@ -241,190 +282,32 @@ def _why(result: Result) -> list[str]:
     ours = result.ratios().get("predictive", {}).get("gpu_hours_vs_bound")
     if oracle is not None and ours is not None and ours > 1.3:
         out.append(f"why: even the oracle needs {oracle:.2f}× the bound (whole nodes held through one "
-                   "lead time of per-minute peaks, and consolidation delay)")
+                   "start-up time of per-minute peaks, and the delay before idle nodes are removed)")
     return out
 
 
 # -- plots --------------------------------------------------------------------------------------
 
-def plot_files(result: Result, directory: Path, frontier: FrontierResult | None = None) -> dict[str, Path]:  # noqa: PLR0915
+def plot_files(result: Result, directory: Path, frontier: FrontierResult | None = None) -> dict[str, Path]:
+    """Every figure of the report, in the order it shows them; the keys name them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     directory.mkdir(parents=True, exist_ok=True)
-    setup = result.setup
-    times = setup.eval_start.tz_localize(None) + np.arange(setup.n_ticks) * np.timedelta64(setup.tick_s, "s")
-    demand = setup.demand.values
     files: dict[str, Path] = {}
-
-    # The whole run per policy, for the overview (the zoomed panels below show the hard days).
-    fig, axes = plt.subplots(len(result.runs), 1, figsize=(12, 2.2 * len(result.runs)), sharex=True, squeeze=False)
-    for ax, (name, run) in zip(axes[:, 0], result.runs.items(), strict=True):
-        ax.plot(times, demand, lw=0.4, color="black", label="demand")
-        ax.plot(times, run.ready * setup.capacity_per_replica, lw=0.6, color="tab:blue", label="ready capacity")
-        short = np.where(np.isfinite(demand) & (demand > run.ready * setup.capacity_per_replica), demand, np.nan)
-        ax.plot(times, short, lw=0, marker=".", ms=1.5, color="tab:red", label="unmet")
-        ax.set_ylabel(name)
-        event_windows.mark_axes(ax, result)
-        ax.legend(loc="upper right", fontsize=7)
-    axes[0, 0].set_title("demand vs ready capacity (trace unit)")
-    fig.tight_layout()
-    files["capacity"] = directory / "capacity.png"
-    fig.savefig(files["capacity"], dpi=90)
-    plt.close(fig)
-
-    rec = result.forecasts
-    if rec is not None and rec.values.shape[0]:
-        k = 1  # plot the forecast one step ahead: what the next step will be
-        idx = rec.times + np.timedelta64(rec.step_seconds * k, "s")
-        p50 = rec.values[:, rec.quantiles.index(0.5), k - 1]
-        pq = rec.values[:, rec.quantiles.index(setup.scenario.quantile), k - 1]
-        grid = setup.trace.resample(rec.step_seconds)
-        g0 = grid.start
-        pos = np.round((idx - g0).total_seconds() / rec.step_seconds).astype(int)
-        actual = np.where((pos >= 0) & (pos < len(grid)), grid.values[np.clip(pos, 0, len(grid) - 1)], np.nan)
-        fig, ax = plt.subplots(figsize=(12, 3.5))
-        x = idx.tz_localize(None)
-        ax.fill_between(x, p50, pq, color="tab:orange", alpha=0.35, step="mid",
-                        label=f"P50–P{100 * setup.scenario.quantile:g} ({rec.step_seconds // 60} min ahead)")
-        ax.plot(x, actual, lw=0.5, color="black", label=f"actual ({rec.step_seconds // 60}-min mean)")
-        ax.legend(loc="upper right", fontsize=8)
-        ax.set_title("forecast band vs actual demand")
-        fig.tight_layout()
-        files["forecast"] = directory / "forecast.png"
-        fig.savefig(files["forecast"], dpi=90)
-        plt.close(fig)
-
-    files.update(zoom_panels(result, directory, plt))
     if frontier is not None:
-        files["frontier"] = frontier_plot(frontier, directory, plt)
-
-    names = list(result.measures)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    cost = [result.measures[n].cost for n in names] + [result.bound.cost]
-    waste = [result.measures[n].wasted_prewarm_cost for n in names] + [0.0]
-    xs = np.arange(len(cost))
-    ax.bar(xs, cost, color="tab:blue", label="cost")
-    ax.bar(xs, waste, color="tab:red", label="wasted prewarm")
-    ax.set_xticks(xs, names + ["bound"], rotation=20)
-    ax.set_title("cost and wasted prewarm cost")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    files["cost"] = directory / "cost.png"
-    fig.savefig(files["cost"], dpi=90)
-    plt.close(fig)
+        files["frontier"] = plots.frontier_plot(frontier, directory, plt)
+    daily_path = plots.daily_plot(result, directory, plt)
+    if daily_path is not None:
+        files["daily_cost"] = daily_path
+    files.update(plots.zoom_panels(result, directory, plt))
+    files["capacity"] = plots.capacity_plot(result, directory, plt)
+    forecast = plots.forecast_plot(result, directory, plt)
+    if forecast is not None:
+        files["forecast"] = forecast
     return files
-
-
-#: Hours shown around each hard moment in the zoomed panels.
-ZOOM_HOURS = 6
-
-
-def hard_days(result: Result, k: int = 2) -> list[tuple[str, int]]:
-    """(label, tick) of the hardest moments: the ``k`` largest peaks and the ``k`` largest predictive misses,
-    on different days."""
-    setup = result.setup
-    demand = setup.demand
-    d = np.where(demand.known, demand.values, 0.0)
-    per_day = max(1, 86400 // setup.tick_s)
-    picked: list[tuple[str, int]] = []
-    days: set[int] = set()
-
-    def take(score: np.ndarray, label: str) -> None:
-        n = 0
-        for i in np.argsort(score)[::-1]:
-            if n >= k or score[i] <= 0:
-                break
-            if int(i) // per_day in days:
-                continue
-            days.add(int(i) // per_day)
-            picked.append((label, int(i)))
-            n += 1
-
-    take(d, "largest peak")
-    run = result.runs.get("predictive")
-    if run is not None:
-        short = np.maximum(0.0, d - run.ready * demand.capacity_per_replica)
-        # The largest miss: the most unserved demand within an hour.
-        window = max(1, 3600 // setup.tick_s)
-        take(np.convolve(short, np.ones(window), mode="same"), "largest miss")
-    return picked
-
-
-def zoom_panels(result: Result, directory: Path, plt: Any) -> dict[str, Path]:
-    """Zoomed panels of the hardest days: demand, ready and requested capacity, GPUs billed."""
-    setup = result.setup
-    moments = hard_days(result)
-    if not moments:
-        return {}
-    cap = setup.capacity_per_replica
-    half = ZOOM_HOURS * 3600 // (2 * setup.tick_s)
-    fig, axes = plt.subplots(len(moments), 1, figsize=(12, 3.2 * len(moments)), squeeze=False)
-    colors = {"predictive": "tab:blue", "reactive": "tab:orange", "holt-winters": "tab:purple", "oracle": "tab:green"}
-    for ax, (label, i) in zip(axes[:, 0], moments, strict=True):
-        lo, hi = max(0, i - half), min(setup.n_ticks, i + half)
-        x = (setup.eval_start.tz_localize(None) + np.arange(lo, hi) * np.timedelta64(setup.tick_s, "s"))
-        ax.plot(x, setup.demand.values[lo:hi], color="black", lw=1.0, label="demand")
-        for name, run in result.runs.items():
-            if name not in colors:
-                continue
-            ax.step(x, run.ready[lo:hi] * cap, where="post", color=colors[name], lw=1.2 if name == "predictive" else 0.8,
-                    label=f"{name} ready capacity", alpha=1.0 if name == "predictive" else 0.7)
-        pred = result.runs.get("predictive")
-        if pred is not None:
-            ax.step(x, pred.desired[lo:hi] * cap, where="post", color="tab:blue", ls="--", lw=0.8,
-                    label="predictive requested (rises ahead of the peak)")
-            ax2 = ax.twinx()
-            ax2.step(x, pred.billed_gpus[lo:hi], where="post", color="tab:gray", lw=0.6, alpha=0.6)
-            ax2.set_ylabel("predictive GPUs billed", fontsize=7, color="tab:gray")
-        day = setup.tick_time(i).strftime("%Y-%m-%d %H:%M")
-        ax.set_title(f"{label}: {day} UTC (±{ZOOM_HOURS // 2} h)", fontsize=9)
-        ax.set_ylabel("demand (trace unit)")
-        ax.legend(loc="upper left", fontsize=7)
-    fig.tight_layout()
-    path = directory / "hard_days.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return {"hard_days": path}
-
-
-def frontier_plot(frontier: FrontierResult, directory: Path, plt: Any) -> Path:
-    """GPU-hours against demand served, one curve per policy; default points, the oracle and the bound marked."""
-    fig, ax = plt.subplots(figsize=(9, 5))
-    colors = {"predictive": "tab:blue", "reactive": "tab:orange", "holt-winters": "tab:purple", "static": "tab:gray"}
-    shares = []
-    for name, points in frontier.frontier.items():
-        pts = sorted((p for p in points if p.slo_attainment is not None), key=lambda p: p.slo_attainment or 0.0)
-        xs = [100 * (p.slo_attainment or 0.0) for p in pts]
-        ys = [p.gpu_hours for p in pts]
-        if name == "oracle":
-            ax.scatter(xs, ys, marker="*", s=180, color="tab:green", label="oracle", zorder=5)
-            continue
-        ax.plot(xs, ys, marker="o", ms=3, lw=1, color=colors.get(name), label=name)
-        for p in pts:
-            if p.default:
-                ax.scatter([100 * (p.slo_attainment or 0.0)], [p.gpu_hours], s=90, facecolors="none",
-                           edgecolors=colors.get(name), linewidths=2, zorder=4)
-                shares.append(100 * (p.slo_attainment or 0.0))
-    ax.axhline(frontier.base.bound.gpu_hours, color="black", ls=":", lw=1, label="physical bound")
-    if shares:
-        left = min(shares) - 2.0
-        ax.set_xlim(max(left, 80.0), 100.05)
-        inside = [p.gpu_hours for pts in frontier.frontier.values() for p in pts
-                  if p.slo_attainment is not None and 100 * p.slo_attainment >= ax.get_xlim()[0]]
-        if inside:
-            ax.set_ylim(0.9 * frontier.base.bound.gpu_hours, 1.05 * max(inside))
-    ax.set_xlabel("demand served (%)")
-    ax.set_ylabel("GPU-hours")
-    ax.set_title("cost–service frontiers (circled: each policy's default point)")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    path = directory / "frontier.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
 
 
 # -- documents ----------------------------------------------------------------------------------
@@ -443,51 +326,144 @@ BUDGET_DEFINITION = (
     "speculation cannot raise it — or, if more, the GPUs of the whole nodes they need beyond the "
     "counterfactual's; a minute over `maxGpus`/`maxCostPerHour` counts as over budget.")
 
+POLICY_WORDS = {
+    "predictive": "this scaler: forecasts demand and scales ahead of it, within the prewarm budget",
+    "reactive": "the HPA rule on the demand the metrics show: the baseline",
+    "holt-winters": "a seasonal forecast under the HPA rule, as the Predictive HPA does",
+    "static": "a fixed fleet sized for the training window's peak",
+    "oracle": "perfect foresight of demand with the same start-up times: the floor no policy can beat",
+}
+
+#: An absolute path in free text (a note, a reason): shown as its file name, so a report says nothing of
+#: the machine it was made on and reads the same wherever it is mailed.
+_PATH = re.compile(r"(?<![\w.~])(?:[A-Za-z]:)?[/\\](?:[\w.~-]+[/\\])+([\w.-]+)")
+
+
+def without_paths(text: str) -> str:
+    return _PATH.sub(r"\1", text)
+
+
+def _flat(spec: Any, prefix: str = "") -> list[str]:
+    """The scenario's spec overrides as ``a.b: value`` pairs."""
+    if isinstance(spec, dict):
+        return [x for k, v in spec.items() for x in _flat(v, f"{prefix}{k}.")]
+    value = json.dumps(spec) if not isinstance(spec, str) else spec
+    return [f"{prefix.rstrip('.')}: {value}"]
+
+
+def scenario_table(result: Result) -> str:
+    """The scenario as a short table of what shaped the figures, in words."""
+    setup = result.setup
+    doc = result.to_json()["scenario"]
+    cfg = setup.scenario.cluster
+    cur = currency(result)
+    chain = doc["measurement"]
+    seen = ("each trace step's exact value" if chain["exact"] else
+            f"a rate over {chain.get('effective_rate_window', chain['rate_window'])} of counters scraped every "
+            f"{chain['scrape_interval']}")
+    budget = setup.spec.prewarm.budget
+    limits = [f"at most {budget.max_gpus} speculative GPUs" if budget.max_gpus is not None else "",
+              money(budget.max_cost_per_hour, cur) + " per hour" if budget.max_cost_per_hour is not None else ""]
+    rows = [
+        ("scenario", f"{doc['name']} (node autoscaler: {doc['preset']})"),
+        ("trace", f"{Path(str(doc['trace'])).name}, one value {_every(doc['trace_step'])}"),
+        ("training", f"the first {duration_words(doc['training'])} (history only: they size the replicas and train "
+                     "the first model)"),
+        ("evaluated", f"{duration_words(doc['evaluation'])} from {setup.eval_start.strftime('%Y-%m-%d %H:%M')} UTC, "
+                      f"{_every(doc['tick'])}"),
+        ("price", f"{money(cfg.price_per_gpu_hour, cur)} per GPU-hour; {cfg.gpus_per_node}-GPU nodes, billed whole; "
+                  f"{cfg.gpus_per_replica} GPU per replica"),
+        ("start-up times", f"a new node {cfg.cold_start_s:g} s (provision {cfg.node_provision_s:g} + image pull "
+                           f"{cfg.image_pull_s:g} + pod start {cfg.pod_start_s:g} + model load {cfg.model_load_s:g}); "
+                           f"a pod on a warm node {cfg.warm_start_s:g} s; idle nodes go after "
+                           f"{cfg.consolidation_delay_s:g} s"),
+        ("replicas", f"one serves {setup.capacity_per_replica:.4g} (trace unit); the training window's P95 needs "
+                     f"{setup.peak_replicas}; {setup.bounds.min_replicas}–{setup.max_replicas} allowed"),
+        ("demand the policies see", f"{seen}, {chain['delay']} late, read {_every(chain['reconcile_interval'])} "
+                                    "(the oracle sees it exactly)"),
+        ("reactive (HPA) target", f"{100 * setup.scenario.target_utilization:g} % of a replica's capacity"),
+        ("predictive", f"plans on the calibrated P{100 * setup.scenario.quantile:g} forecast "
+                       f"({', '.join(doc['horizons'])} ahead) at {100 * setup.scenario.planning_utilization:g} % of "
+                       f"a replica's capacity; retrained every {doc['retrain_every']}"),
+        ("prewarm budget", " and ".join(x for x in limits if x) or "none (no speculation)"),
+        ("forecasters tried", ", ".join(doc["forecasters"]) or "the retraining job's"),
+        ("spec settings", "; ".join(f"`{x}`" for x in _flat(doc.get("spec") or {})) or "–"),
+    ]
+    return "\n".join(["| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows]])
+
+
+def _when(iso: str) -> str:
+    """An ISO-8601 UTC time as the report writes times: "1995-07-22 04:00 UTC"."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d):00(\+00:00|Z)", iso)
+    return f"{m.group(1)} {m.group(2)} UTC" if m else iso
+
+
+def _every(duration: str) -> str:
+    """ "every minute", "every 5 minutes"."""
+    return "every " + duration_words(duration).removeprefix("1 ")
+
+
+def _context(result: Result) -> str:
+    """One line under the headline: what was replayed and the price every amount comes from."""
+    setup = result.setup
+    cfg = setup.scenario.cluster
+    doc = result.to_json()["scenario"]
+    names = ", ".join(f"**{n}** ({POLICY_WORDS.get(n, n)})" for n in result.measures)
+    return (f"A replay of `{Path(str(doc['trace'])).name}` through each policy on a simulated GPU cluster: "
+            f"{duration_words(doc['training'])} of history train the models, then {duration_words(doc['evaluation'])} "
+            f"from {setup.eval_start.strftime('%Y-%m-%d %H:%M')} UTC are walked forward {_every(doc['tick'])}; "
+            f"{cfg.gpus_per_node}-GPU nodes are billed whole at {money(cfg.price_per_gpu_hour, currency(result))} "
+            f"per GPU-hour. Policies: {names}.")
+
 
 def markdown(result: Result, images: dict[str, Path] | None = None, frontier: FrontierResult | None = None) -> str:
     setup = result.setup
-    scenario = result.to_json()["scenario"]
+    images = images or {}
+    cur = currency(result)
     parts = [
         f"# Backtest: {setup.trace.name} — scenario `{setup.scenario.name}`",
         "",
-        f"Training {scenario['training']} → walk-forward over {scenario['evaluation']} from "
-        f"{scenario['evaluation_start']}; {scenario['tick']} ticks; capacity {setup.capacity_per_replica:.4g} "
-        f"per replica (P95 of the training window = {setup.peak_replicas} replicas); max {setup.max_replicas} replicas.",
+        report_headline(result, frontier),
         "",
-        "## Against the aims",
-        "",
-        *[f"- {line}" for line in verdict(result, frontier)],
+        _context(result),
         "",
     ]
     if frontier is not None:
+        parts += ["## Cost–service frontiers", ""]
+        if "frontier" in images:
+            parts += [f"![frontier]({images['frontier'].name})", ""]
         parts += [
-            "## Cost–service frontiers",
-            "",
-            "Each tunable policy at several operating points of its own knob. The reference curve of a policy "
-            "is the lower envelope of its points (the cheapest point serving at least a share), linearly "
-            "interpolated, undefined beyond its highest point; the headline is read at the share the predictive "
-            "default point serves. Gap closed = (reference − predictive) ÷ (reference − oracle) GPU-hours.",
-            "",
-            "| headline | value |",
-            "|---|---|",
-            *[f"| {k} | {'–' if v is None else f'{v:.3f}'} |" for k, v in frontier.headline.items()],
-            "",
-            frontier_table(frontier),
+            "Each adaptive policy run at several settings of its own knob (reactive and Holt-Winters: the HPA "
+            "target; predictive: its planning target; static: the fleet size), so that they can be compared at "
+            "equal service rather than each at its default. A policy's reference curve is the cheapest of its "
+            "points serving at least a given share, linearly interpolated and undefined beyond its highest point; "
+            "the comparisons are read at the share the predictive default serves. Share of the saving reached = "
+            "(reference − predictive) ÷ (reference − oracle).",
             "",
         ]
-        if images and "frontier" in images:
-            parts += [f"![frontier]({images['frontier'].name})", ""]
-    if images and "hard_days" in images:
+        n_points = sum(len(p) for p in frontier.frontier.values())
+        parts += [f"<details><summary>Every operating point ({n_points}), cost in {cur}</summary>", "",
+                  frontier_table(frontier), "", "</details>", ""]
+    if "daily_cost" in images:
+        parts += ["## Day by day", "",
+                  f"Cost per UTC day against the reactive baseline's ({cur}; above zero: dearer than reactive that "
+                  "day), the part of predictive's that went on prewarmed capacity demand did not use, and the "
+                  "minutes with demand unmet each policy had that day.", "",
+                  f"![cost per day]({images['daily_cost'].name})", ""]
+    if "hard_days" in images:
         parts += ["## The hardest days", "",
-                  "The largest peaks and the largest misses of the predictive policy, zoomed: demand, each policy's "
-                  "ready capacity, the capacity the predictive policy requested (dashed: it rises ahead of the "
-                  "peak by the node lead time) and the GPUs it is billed for.", "",
+                  "The largest peaks and the largest misses of the predictive policy, zoomed: demand, the ready "
+                  "capacity of predictive, reactive and the oracle (dotted), the capacity the predictive policy "
+                  "requested (dashed: it rises ahead of the peak by the node start-up time), the minutes predictive "
+                  "(red) and reactive (orange strip) left demand unmet, and below each panel the GPUs predictive and "
+                  "reactive were billed for.", "",
                   f"![hard days]({images['hard_days'].name})", ""]
     parts += [
         "## Policies side by side",
         "",
         markdown_table(result),
         "",
+        f"Cost and wasted prewarm in {cur} at {money(price(result), cur)} per GPU-hour. "
         "Physical bound: whole nodes exactly fitting each tick's demand with zero lead time. "
         "Served = share of demand served by ready capacity. "
         "Fallback min: minutes the predictive policy ran its reactive fallback (for holt-winters: minutes the "
@@ -497,6 +473,10 @@ def markdown(result: Result, images: dict[str, Path] | None = None, frontier: Fr
         "",
         BUDGET_DEFINITION,
         "",
+        "## Against the aims",
+        "",
+        *[f"- {line}" for line in verdict(result, frontier)],
+        "",
         "## Forecast accuracy (forecasts the predictive policy acted on)",
         "",
         accuracy_table(result),
@@ -505,15 +485,15 @@ def markdown(result: Result, images: dict[str, Path] | None = None, frontier: Fr
     parts += event_windows.markdown_section(result)
     if result.model_events:
         parts += ["## Retraining", "", "| at | kind | promoted | fit s | reason |", "|---|---|---|---|---|"]
-        parts += [f"| {e.at} | {e.kind} | {'yes' if e.promoted else 'no'} | {e.fit_seconds:.1f} | {e.reason} |"
-                  for e in result.model_events]
+        parts += [f"| {_when(e.at)} | {e.kind} | {'yes' if e.promoted else 'no'} | {e.fit_seconds:.1f} | "
+                  f"{without_paths(e.reason)} |" for e in result.model_events]
         parts.append("")
-    if images:
-        rest = {k: p for k, p in images.items() if k not in ("frontier", "hard_days")}
-        parts += ["## Plots", ""] + [f"![{k}]({p.name})" for k, p in rest.items()] + [""]
-    parts += ["## Scenario", "", "```json", json.dumps(scenario, indent=2), "```", ""]
+    rest = {k: p for k, p in images.items() if k not in ("frontier", "daily_cost", "hard_days")}
+    if rest:
+        parts += ["## The whole run", ""] + [f"![{k}]({p.name})" for k, p in rest.items()] + [""]
+    parts += ["## Scenario", "", scenario_table(result), ""]
     if result.notes:
-        parts += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
+        parts += ["## Notes", ""] + [f"- {without_paths(n)}" for n in result.notes] + [""]
     wall = ", ".join(f"{k} {v:.1f} s" for k, v in result.wall_seconds.items())
     parts += [f"Wall time per policy: {wall}." + ("" if frontier is None else
                                                    f" Frontier (all points): {frontier.wall_seconds:.1f} s."), ""]
@@ -527,9 +507,21 @@ def _inline(text: str) -> str:
     return re.sub(r"\*([^*]+)\*", r"<i>\1</i>", out)
 
 
+#: A table cell that is a figure (right-aligned, kept on one line): a number with at most a short unit, or a dash.
+_FIGURE = re.compile(r"^([−+-]?[\d.,]+(\s?(%|×|\S{1,4}))?|–|-)$")
+
+
+def _cell(text: str) -> str:
+    return f'<td class="n">{_inline(text)}</td>' if _FIGURE.match(text) else f"<td>{_inline(text)}</td>"
+
+
+#: The HTML the report's Markdown carries as is (GitHub renders it too): a collapsed block.
+_RAW_HTML = re.compile(r"^(<details>(<summary>[^<]*</summary>)?|</details>)$")
+
+
 def markdown_to_html(md: str, images: dict[str, Path]) -> str:
-    """The report's Markdown as HTML (the subset it uses: headings, lists, tables, images, code, paragraphs),
-    images inlined — so the page carries exactly what the Markdown has."""
+    """The report's Markdown as HTML (the subset it uses: headings, lists, tables, images, code, paragraphs,
+    a collapsed block), images inlined — so the page carries exactly what the Markdown has."""
     by_name = {p.name: p for p in images.values()}
     out: list[str] = []
     lines = md.splitlines()
@@ -543,7 +535,10 @@ def markdown_to_html(md: str, images: dict[str, Path]) -> str:
             out.append("<pre>" + html.escape("\n".join(lines[i + 1:j])) + "</pre>")
             i = j + 1
             continue
-        if line.startswith("#"):
+        if _RAW_HTML.match(line):
+            summary = re.match(r"<details><summary>([^<]*)</summary>", line)
+            out.append(f"<details><summary>{_inline(html.unescape(summary.group(1)))}</summary>" if summary else line)
+        elif line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
             out.append(f"<h{level}>{_inline(line[level:].strip())}</h{level}>")
         elif line.startswith("|"):
@@ -554,7 +549,7 @@ def markdown_to_html(md: str, images: dict[str, Path]) -> str:
                 i += 1
             head, *body = rows
             out.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body)
+                       + "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in body)
                        + "</table>")
             continue
         elif line.startswith("- "):
@@ -575,13 +570,22 @@ def markdown_to_html(md: str, images: dict[str, Path]) -> str:
     return "\n".join(out)
 
 
+_STYLE = """body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1150px;margin:auto;padding:0 1em 2em;
+color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.4em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+h1+p{font-size:1.12em;background:#f2f6fb;border-left:4px solid #1f77b4;padding:.8em 1em;margin-top:0}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}td.n{text-align:right;white-space:nowrap}
+th{background:#f4f4f4;text-align:left}img{max-width:100%}code{font-size:.9em}
+details{margin:.6em 0}summary{cursor:pointer;color:#1f5f99}"""
+
+
 def html_page(result: Result, images: dict[str, Path], frontier: FrontierResult | None = None) -> str:
     """A self-contained page: the Markdown report rendered as HTML, images inlined."""
     body = markdown_to_html(markdown(result, images, frontier), images)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Backtest {html.escape(result.setup.trace.name)}</title>
-<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}img{{max-width:100%}}</style></head>
+<style>{_STYLE}</style></head>
 <body>
 {body}
 </body></html>
