@@ -43,6 +43,11 @@ demo: $(STAMP)
 report-screenshot: demo
 	bash scripts/report-screenshot.sh backtests/results/demo/report.html docs/report-screenshot.png
 
+## gpu-capacity-docs: draw docs/gpu-capacity-ladders.png and its figures from the bundled H200 telemetry
+.PHONY: gpu-capacity-docs
+gpu-capacity-docs: $(STAMP)
+	$(BIN)/python -m benchmarks.gpu_capacity --out docs
+
 ## tools: the programs the tests need besides Python packages (installed with apt when root)
 tools:
 	@bash scripts/ensure-tools.sh

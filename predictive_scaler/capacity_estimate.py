@@ -17,6 +17,12 @@ or more is waste (the most common GPU waste in Kubernetes clusters). Counting
 them is PromQL's job (:func:`predictive_scaler.sources.dcgm.idle_allocated_gpus`);
 :func:`summarise_idle` turns that count over time into GPU-hours and cost per day.
 
+Where it is wrong. Requests per busy GPU is right only for a server whose GPU busy time is its
+load: on a continuous-batching server utilisation reads ~97 % at a tenth of capacity (16× too low on
+the bundled H200 decoder), on a CPU-bound one it misses the load (6.9× too high on the serial
+encoder). :mod:`predictive_scaler.policy.slo_capacity` learns capacity at the latency SLO from the
+server's own served rate, latency and running batch instead (docs/gpu-capacity.md).
+
 Pure functions: series in, frozen values out.
 """
 

@@ -117,3 +117,23 @@ def test_idle_gpu_cost_per_day(idle: list[float], price: float | None, mean: flo
 def test_no_dcgm_report_at_all_is_an_error_not_zero_waste() -> None:
     with pytest.raises(DataError, match="no DCGM"):
         summarise_idle(series(np.full(10, np.nan)))
+
+
+def test_requests_per_busy_gpu_is_wrong_where_utilisation_does_not_track_load() -> None:
+    """The bundled H200 ladders (backtests/telemetry/): on the continuous-batching decoder utilisation reads
+    ~97 % at a tenth of capacity, on the CPU-bound serial encoder it misses the load. The ratio is 16× too
+    low on one and 7× too high on the other; policy/slo_capacity.py is what to use there."""
+    from benchmarks.gpu_ladders import highest_served, plateau, rows
+
+    def ratio(name: str) -> float:
+        frame = rows(name)
+        frame = frame[frame["mode"] != "idle"]
+        util = frame["gpu_util"].to_numpy(dtype=float)
+        s = [Series(np.asarray(v, dtype=float), START, 1) for v in (frame["served"], util / 100, util)]
+        return estimate_capacity(s[0], s[1], mean_utilisation=s[2], utilization_target=1.0,
+                                 min_steps=2).requests_per_replica
+
+    truth = plateau("decoder-batched")
+    assert truth is not None
+    assert ratio("decoder-batched") < 0.1 * truth
+    assert ratio("encoder-serial") > 5 * highest_served("encoder-serial")

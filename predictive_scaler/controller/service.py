@@ -41,6 +41,7 @@ from typing import Any
 from predictive_scaler.clock import Clock
 from predictive_scaler.controller.api_activity import ApiActivity, ApiTally, failure_kind
 from predictive_scaler.controller.budget import ClusterBudget, Reservation
+from predictive_scaler.controller.demand_guard import GuardedDemand, ServingHistoryPort
 from predictive_scaler.controller.health import LoopMonitor
 from predictive_scaler.controller.lifecycle import Shutdown
 from predictive_scaler.controller.ports import (
@@ -53,6 +54,7 @@ from predictive_scaler.controller.settings import ControllerSettings
 from predictive_scaler.controller.shards import ShardedBudget, ShardMembership
 from predictive_scaler.controller.status import (
     API_EVENT,
+    DEMAND_SIGNAL,
     ApiReport,
     Extra,
     api_conditions_patch,
@@ -101,6 +103,8 @@ class ScalerRuntime:
     spec: ScalerSpec | None = None
     reconciler: Reconciler | None = None
     model: StoreModelPort | None = None
+    #: The dcgm-busy-gpus guard around the metrics port (None: not a dcgm-busy-gpus scaler, or no serving history).
+    guard: GuardedDemand | None = None
     state: PlannerState | None = None
     #: The Events posted, by (type, reason, message): a repeat raises the count of the one posted.
     events: dict[tuple[str, str, str], Posted] = field(default_factory=dict)
@@ -406,9 +410,12 @@ class ControllerService:
         api = self._api_before_status(ref, runtime)
         extra = Extra(conflicts=conflicts, budget_gpus=budget_gpus, budget_cost_per_hour=budget_cost,
                       model_warning=model.problem if model.version else None,
-                      savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None, api=api)
+                      savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None, api=api,
+                      demand_signal=runtime.guard.last if runtime.guard is not None else None)
         body = reconciled_status(result, parsed, extra, period.previous, period.now, period.generation)
         events = [*self._actions(parsed, cluster, result), *self._step_events(model, parsed, cluster, stepped, api)]
+        if runtime.guard is not None and runtime.guard.last is not None and runtime.guard.last.fired:
+            events.append(Event("Warning", DEMAND_SIGNAL, runtime.guard.last.message))
         if parsed.mode == "keda":
             self.keda_board.publish(answer_for(result.decision, parsed, namespace=ref.namespace, name=ref.name,
                                                decided_at=result.now))
@@ -418,7 +425,8 @@ class ControllerService:
         runtime.api_reported()
         self._post(ref, runtime, events, period.now_s)
         self._api_after_status(ref, runtime)
-        self._record(period, parsed, stepped, budget_gpus)
+        self._record(period, parsed, stepped, budget_gpus, guarded=runtime.guard is not None
+                     and runtime.guard.last is not None and runtime.guard.last.fired)
         return Outcome(body, result)
 
     @staticmethod
@@ -455,11 +463,13 @@ class ControllerService:
             + f", bound {cache.max_staleness_seconds:.0f} s): no scale-down and no new placeholder GPUs "
             "until the watches catch up" + kept))
 
-    def _record(self, period: Period, parsed: ScalerSpec, stepped: Stepped, budget_gpus: int) -> None:
-        """Metrics and the log line of a reconcile that stepped."""
+    def _record(self, period: Period, parsed: ScalerSpec, stepped: Stepped, budget_gpus: int, *,
+                guarded: bool = False) -> None:
+        """Metrics and the log line of a reconcile that stepped (``guarded``: the demand reading was withheld
+        on purpose, which is no metrics error)."""
         ref, result = period.ref, stepped.result
         for kind, problem in (("metrics", result.decision.metrics_problem), ("model", result.decision.model_problem)):
-            if problem:
+            if problem and not (guarded and kind == "metrics"):
                 self.telemetry.error(ref.namespace, ref.name, kind)
         if self.cache is not None:
             self.telemetry.cache_staleness(self.cache.stale_for())
@@ -481,6 +491,10 @@ class ControllerService:
                                            quantile=spec.quantile, pinned_version=spec.model.version,
                                            expected_series=model_name)
             metrics = self.metrics_factory(spec, ref)
+            runtime.guard = None
+            if spec.demand.kind == "dcgm-busy-gpus" and isinstance(metrics, ServingHistoryPort):
+                # Utilisation as demand is trusted only while it tracks load (policy/saturation.py).
+                metrics = runtime.guard = GuardedDemand(metrics, metrics)
             runtime.reconciler = Reconciler(spec, metrics, runtime.model, cluster, self.clock)
             runtime.spec = spec
         return runtime.reconciler

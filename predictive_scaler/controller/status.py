@@ -17,6 +17,7 @@ from typing import Any
 
 from predictive_scaler.controller.api_activity import MISSING_API, RETRY_KINDS, ApiTally
 from predictive_scaler.policy.explain import Condition
+from predictive_scaler.policy.saturation import SignalCheck
 from predictive_scaler.reconcile import ReconcileResult
 from predictive_scaler.spec import ScalerSpec
 
@@ -26,6 +27,9 @@ PAUSED = "Paused"
 API_DEGRADED = "ApiDegraded"
 #: The Warning Event posted while ApiDegraded is True (deduplicated: its message names kinds, not counts).
 API_EVENT = "ClusterApiErrors"
+#: dcgm-busy-gpus scalers: whether GPU utilisation measures load (policy/saturation.py); a Condition, and a
+#: Warning Event of the same reason while it does not and scaling up on it is withheld.
+DEMAND_SIGNAL = "DemandSignalSaturated"
 
 
 def rfc3339(when: datetime) -> str:
@@ -139,6 +143,8 @@ class Extra:
     savings: str | None = None
     #: Kubernetes API trouble since the last status write (None: not reported, e.g. in unit tests).
     api: ApiReport | None = None
+    #: The dcgm-busy-gpus demand-signal check of this reconcile (None: not checked).
+    demand_signal: SignalCheck | None = None
 
 
 def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
@@ -164,6 +170,8 @@ def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
     conds.append(Condition(PAUSED, "False", "NotPaused", "reconciling"))
     if extra.api is not None:
         conds.append(extra.api.condition())
+    if spec.demand.kind == "dcgm-busy-gpus":
+        conds.append(demand_signal_condition(extra.demand_signal))
     status: dict[str, Any] = {
         "mode": spec.mode,
         "strategy": d.strategy,
@@ -182,6 +190,17 @@ def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
     if generation is not None:
         status["observedGeneration"] = generation
     return status
+
+
+def demand_signal_condition(check: SignalCheck | None) -> Condition:
+    """DemandSignalSaturated of a dcgm-busy-gpus scaler: True while GPU utilisation does not measure load."""
+    if check is None:
+        return Condition(DEMAND_SIGNAL, "Unknown", "NotChecked",
+                         "no serving history (served rate, latency) is wired for this scaler, so whether GPU "
+                         "utilisation measures load is not checked")
+    if check.verdict == "unknown":
+        return Condition(DEMAND_SIGNAL, "Unknown", check.reason, check.message)
+    return Condition(DEMAND_SIGNAL, "True" if check.fired else "False", check.reason, check.message)
 
 
 def _budget(gpus: int, cost: float | None, currency: str) -> dict[str, Any]:
