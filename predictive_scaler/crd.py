@@ -171,6 +171,21 @@ def status_json_schema() -> dict[str, Any]:
                 "description": "Names of the spec.events in force at the last decision (their lead time included).",
             },
             "retrain": _retrain_schema(),
+            "keda": {
+                "type": "object",
+                "description": "The answer for KEDA's external scaler (mode keda), kept so that any controller "
+                               "replica can give it.",
+                "properties": {
+                    "replicas": _count("Replicas KEDA is asked for."),
+                    "demand": {"type": "number", "description": "Demand the answer was computed from."},
+                    "capacity": {"type": "number", "description": "Demand one replica serves."},
+                    "unit": {"type": "string", "description": "Unit of demand and capacity."},
+                    "decidedAt": {"type": "string", "format": "date-time"},
+                    "strategy": {"type": "string", "enum": list(STRATEGIES)},
+                    "desiredReplicas": _count("Replicas the last decision planned."),
+                    "why": {"type": "string", "maxLength": 1024, "description": "The decision, in words."},
+                },
+            },
             "kopf": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": True,

@@ -36,6 +36,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cluster-budget-cost-per-hour", type=float,
                    help="cluster-wide cap on speculative cost per hour "
                         "(default: $PREDICTIVE_SCALER_CLUSTER_BUDGET_COST_PER_HOUR; unset = no cap)")
+    p.add_argument("--keda-tls-cert", help="PEM certificate for TLS on the KEDA gRPC port (default: "
+                   "$PREDICTIVE_SCALER_KEDA_TLS_CERT; unset = plaintext)")
+    p.add_argument("--keda-tls-key", help="its PEM private key (default: $PREDICTIVE_SCALER_KEDA_TLS_KEY)")
+    p.add_argument("--keda-tls-client-ca", help="PEM CA that must sign KEDA's client certificate: mTLS (default: "
+                   "$PREDICTIVE_SCALER_KEDA_TLS_CLIENT_CA; unset = no client certificate asked)")
+    p.add_argument("--keda-only", action="store_true",
+                   help="serve only KEDA's external scaler API, answering from the PredictiveScalers' status; no "
+                        "reconcile (a second Deployment that keeps KEDA answered while the controller restarts)")
     p.set_defaults(func=run)
 
 
@@ -47,7 +55,8 @@ def settings_from_args(args: argparse.Namespace, environ: Any) -> Any:
     settings = ControllerSettings.from_env(
         environ, prometheus_url=args.prometheus_url, model_store=args.model_store, interval_seconds=args.interval,
         namespace=args.namespace, dry_run=args.dry_run or None, metrics_port=args.metrics_port,
-        health_port=args.health_port, kubeconfig=args.kubeconfig)
+        health_port=args.health_port, kubeconfig=args.kubeconfig, keda_tls_cert=args.keda_tls_cert,
+        keda_tls_key=args.keda_tls_key, keda_tls_client_ca=args.keda_tls_client_ca, keda_only=args.keda_only or None)
     budget = settings.cluster_budget
     if args.cluster_budget_gpus is not None or args.cluster_budget_cost_per_hour is not None:
         budget = ClusterBudgetLimits(

@@ -124,6 +124,8 @@ def run_controller(settings: ControllerSettings) -> int:
     if settings.kubeconfig:
         # kopf's own login reads $KUBECONFIG; our adapter gets the same file explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
+    if settings.keda_only:
+        return run_keda_only(settings)
     clock = SystemClock()
     # The API client and the retry sleep are observed, so retries absorbed inside a call reach ApiDegraded.
     activity = ApiActivity()
@@ -167,7 +169,7 @@ def run_controller(settings: ControllerSettings) -> int:
         from predictive_scaler.controller.shards import ShardKeeper
 
         components.insert(3, ShardKeeper(shards, service.observe_shards, settings.interval_seconds))
-    keda = keda_server(service)
+    keda = keda_server(service, keda_reader(settings, clock)) if settings.keda_port is not None else None
     if keda is not None:
         components.insert(1, keda)
     log.info("controller starting", extra={
@@ -228,11 +230,70 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-def keda_server(service: Any) -> Any:
-    """KEDA's external scaler gRPC API over the service's decisions, on its own port, not yet started (None: disabled)."""
-    port = service.settings.keda_port
-    if port is None:
+def keda_reader(settings: ControllerSettings, clock: Any) -> Any:
+    """The kube layer the KEDA server reads scalers and ScaledObjects through: its own client, and few retries
+    (a gRPC call must not wait out the reconcile's 20-s retry budget; KEDA asks again anyway)."""
+    from predictive_scaler.kube.client import KubeCluster
+    from predictive_scaler.kube.kubeconfig import api_client_from_environment
+    from predictive_scaler.kube.retry import RetryPolicy
+
+    return KubeCluster(api_client_from_environment(settings.kubeconfig), clock=clock, request_timeout=5.0,
+                       retry=RetryPolicy(max_attempts=2, max_elapsed=3.0))
+
+
+def keda_server(service: Any, kube: Any = None) -> Any:
+    """KEDA's external scaler gRPC API over the service's decisions, and over every scaler's status read
+    through ``kube`` (default: the service's), on its own port, not yet started (None: disabled)."""
+    settings = service.settings
+    if settings.keda_port is None:
         return None
     from predictive_scaler.keda.server import KedaServer
+    from predictive_scaler.keda.status import ScalerStatusReader
+    from predictive_scaler.keda.targets import (
+        TargetCheck,
+        cached_scaled_objects,
+        listed_scaled_objects,
+    )
+    from predictive_scaler.keda.tls import TlsFiles
 
-    return KedaServer(service.keda_board, service.settings.metrics_host, port)
+    kube = kube or service.kube
+    status = ScalerStatusReader(lambda namespace, name: kube.get_scaler(name, namespace), service.clock,
+                                stale_after_seconds=settings.liveness_timeout_seconds,
+                                interval_seconds=settings.interval_seconds)
+    targets = TargetCheck(listed_scaled_objects(kube), service.clock,
+                          cached=cached_scaled_objects(service.cache) if service.cache is not None else None)
+    return KedaServer(service.keda_board, settings.metrics_host, settings.keda_port, status=status, targets=targets,
+                      tls=TlsFiles.of(settings.keda_tls_cert, settings.keda_tls_key, settings.keda_tls_client_ca))
+
+
+def run_keda_only(settings: ControllerSettings) -> int:
+    """Serve KEDA's API from the scalers' status, with /healthz and /readyz; no kopf, no reconcile."""
+    from predictive_scaler.controller.api_activity import ApiActivity
+    from predictive_scaler.controller.health import DependencyProbe, LoopMonitor, Readiness
+    from predictive_scaler.controller.lifecycle import Shutdown
+    from predictive_scaler.controller.telemetry import Telemetry, TelemetryServer
+    from predictive_scaler.keda.board import KedaBoard
+
+    clock = SystemClock()
+    kube = keda_reader(settings, clock)
+    assert settings.liveness_timeout_seconds is not None
+    # An empty board: every answer comes from a scaler's status (ScalerStatusReader).
+    service = KedaOnly(settings, clock, KedaBoard(clock, settings.liveness_timeout_seconds))
+    keda = keda_server(service, kube)
+    loop = LoopMonitor(settings.liveness_timeout_seconds)
+    readiness = Readiness([DependencyProbe("kubernetes", lambda: kube.ping(min(5.0, settings.readiness_timeout_seconds)),
+                                           timeout_s=settings.readiness_timeout_seconds,
+                                           interval_s=settings.probe_interval_seconds)])
+    http = TelemetryServer(Telemetry(), settings.metrics_host, settings.metrics_port, settings.health_port,
+                           loop.verdict, readiness.verdict)
+    log.info("serving KEDA only", extra={"keda_port": settings.keda_port, "ports": ",".join(map(str, http.ports))})
+    code = serve([http, readiness, keda], Shutdown(ApiActivity()), loop)
+    _exit(code)
+    return code
+
+
+class KedaOnly:
+    """What :func:`keda_server` reads of a ControllerService, in a process that reconciles nothing."""
+
+    def __init__(self, settings: ControllerSettings, clock: Any, board: Any) -> None:
+        self.settings, self.clock, self.keda_board, self.kube, self.cache = settings, clock, board, None, None

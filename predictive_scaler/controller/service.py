@@ -66,6 +66,7 @@ from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.crd import PAUSE_ANNOTATION
 from predictive_scaler.errors import ClusterError, ConfigError, NotFoundError, ShuttingDown
 from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.keda.answer import STATUS_FIELD as KEDA_STATUS
 from predictive_scaler.keda.answer import answer_for
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
@@ -417,10 +418,14 @@ class ControllerService:
         if runtime.guard is not None and runtime.guard.last is not None and runtime.guard.last.fired:
             events.append(Event("Warning", DEMAND_SIGNAL, runtime.guard.last.message))
         if parsed.mode == "keda":
-            self.keda_board.publish(answer_for(result.decision, parsed, namespace=ref.namespace, name=ref.name,
-                                               decided_at=result.now))
+            answer = answer_for(result.decision, parsed, namespace=ref.namespace, name=ref.name,
+                                decided_at=result.now)
+            self.keda_board.publish(answer)
+            # In the status too: any replica (a standby, another shard) answers KEDA from it.
+            body[KEDA_STATUS] = answer.to_status()
         else:
             self.keda_board.withdraw(ref.namespace, ref.name, f"its mode is {parsed.mode}, not keda")
+            body[KEDA_STATUS] = None  # a merge patch: removes an answer left from mode keda
         self._write_status(ref, body)
         runtime.api_reported()
         self._post(ref, runtime, events, period.now_s)
@@ -525,6 +530,7 @@ class ControllerService:
         body = refused_status(reason, reason, message, period.previous, period.now, period.generation,
                               mode=refusal.mode, conflict=refusal.conflict, paused=refusal.paused,
                               budget=refusal.budget, api=api)
+        body[KEDA_STATUS] = None  # refused: no replica may answer KEDA from an old decision
         self._write_status(ref, body)
         runtime.api_reported()
         events = [Event(refusal.event_type, reason, message)]

@@ -25,6 +25,12 @@ ENV_BUDGET_COST = ENV_PREFIX + "CLUSTER_BUDGET_COST_PER_HOUR"
 ENV_KEDA_PORT = ENV_PREFIX + "KEDA_PORT"
 #: Port of KEDA's external scaler gRPC API (mode keda); "off" in the environment disables it.
 DEFAULT_KEDA_PORT = 6000
+#: TLS on the KEDA port (keda/tls.py): PEM files; the client CA turns on mTLS.
+ENV_KEDA_TLS_CERT = ENV_PREFIX + "KEDA_TLS_CERT"
+ENV_KEDA_TLS_KEY = ENV_PREFIX + "KEDA_TLS_KEY"
+ENV_KEDA_TLS_CLIENT_CA = ENV_PREFIX + "KEDA_TLS_CLIENT_CA"
+#: Serve only KEDA's API, from the scalers' status (a second replica for KEDA while the controller restarts).
+ENV_KEDA_ONLY = ENV_PREFIX + "KEDA_ONLY"
 ENV_LIVENESS_TIMEOUT = ENV_PREFIX + "LIVENESS_TIMEOUT"
 ENV_READINESS_TIMEOUT = ENV_PREFIX + "READINESS_TIMEOUT"
 #: Sharding (controller/shards.py): the replica count; the index is the StatefulSet ordinal of $HOSTNAME.
@@ -82,6 +88,10 @@ class ControllerSettings:
       the API server or Prometheus has been unreachable for longer than this. Default 60.
     - ``keda_port``: KEDA's external scaler gRPC API (scalers in mode keda); None: not served.
       Default 6000 (``PREDICTIVE_SCALER_KEDA_PORT``, ``off`` to disable).
+    - ``keda_tls_cert`` / ``keda_tls_key`` / ``keda_tls_client_ca`` (``PREDICTIVE_SCALER_KEDA_TLS_*``): PEM
+      files for TLS on that port; with the client CA, clients must present a certificate it signed.
+    - ``keda_only`` (``PREDICTIVE_SCALER_KEDA_ONLY``): serve KEDA's API only, answering from the scalers'
+      status; no reconcile (see docs/keda.md, high availability).
     - ``shard_count`` / ``shard_index`` (``PREDICTIVE_SCALER_SHARD_COUNT``; the index from
       ``PREDICTIVE_SCALER_SHARD_INDEX`` or the StatefulSet ordinal ending ``$HOSTNAME``): this replica
       reconciles only its shard of the scalers, fenced by a Lease (controller/shards.py). Default 1 / 0.
@@ -101,6 +111,10 @@ class ControllerSettings:
     liveness_timeout_seconds: float | None = None
     readiness_timeout_seconds: float = 60.0
     keda_port: int | None = DEFAULT_KEDA_PORT
+    keda_tls_cert: str | None = None
+    keda_tls_key: str | None = None
+    keda_tls_client_ca: str | None = None
+    keda_only: bool = False
     shard_count: int = 1
     shard_index: int = 0
 
@@ -127,6 +141,11 @@ class ControllerSettings:
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
                 raise ConfigError(f"{name.replace('_', '-')} {port!r} is not a TCP port (0–65535; 0 picks a "
                                   "free one)", field=name)
+        if bool(self.keda_tls_cert) != bool(self.keda_tls_key) or (self.keda_tls_client_ca and not self.keda_tls_cert):
+            raise ConfigError(f"KEDA TLS needs a certificate and its key ({ENV_KEDA_TLS_CERT}, {ENV_KEDA_TLS_KEY}); "
+                              f"{ENV_KEDA_TLS_CLIENT_CA} (mTLS) needs both too", field="kedaTls")
+        if self.keda_only and self.keda_port is None:
+            raise ConfigError(f"{ENV_KEDA_ONLY} serves only KEDA's API, but {ENV_KEDA_PORT} is off", field=ENV_KEDA_ONLY)
         if self.namespace is not None and not self.namespace.strip():
             raise ConfigError("namespace is empty; omit --namespace to watch every namespace", field="namespace")
         if not (self.prometheus_timeout_seconds > 0 and math.isfinite(self.prometheus_timeout_seconds)):
@@ -164,6 +183,15 @@ class ControllerSettings:
         keda = environ.get(ENV_KEDA_PORT, "").strip()
         if keda:
             values["keda_port"] = None if keda.lower() == "off" else _port(keda, ENV_KEDA_PORT)
+        for env, key in ((ENV_KEDA_TLS_CERT, "keda_tls_cert"), (ENV_KEDA_TLS_KEY, "keda_tls_key"),
+                         (ENV_KEDA_TLS_CLIENT_CA, "keda_tls_client_ca")):
+            if environ.get(env, "").strip():
+                values[key] = environ[env].strip()
+        only = environ.get(ENV_KEDA_ONLY, "").strip().lower()
+        if only:
+            if only not in ("true", "false"):
+                raise ConfigError(f"{ENV_KEDA_ONLY}={only!r} is not true or false", field=ENV_KEDA_ONLY)
+            values["keda_only"] = only == "true"
         if environ.get(ENV_SHARD_COUNT, "").strip():
             count = _number(environ[ENV_SHARD_COUNT].strip(), ENV_SHARD_COUNT)
             values["shard_count"] = int(count) if count.is_integer() else count

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from predictive_scaler.clock import FakeClock
-from predictive_scaler.keda.answer import answer_for
+from predictive_scaler.errors import ConfigError
+from predictive_scaler.keda.answer import answer_for, answer_from_status
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.policy.planner import Decision
@@ -38,21 +39,38 @@ def decision(strategy: str = "predictive", desired: int = 6, demand: float | Non
     (decision("reactive", desired=12, events=("launch",)), 120.0, 12),  # a scheduled event's floor
     (decision(desired=0, demand=0.0, q_pod=0.0), 0.0, 0),
 ], ids=["p95", "demand-now-floor", "budget-cap", "reactive", "hold", "reactive-missing", "event", "idle"])
-def test_the_metric_makes_keda_compute_the_planners_replicas(d: Decision, value: float, replicas: int) -> None:
+def test_the_answer_is_the_replicas_the_planner_provisions_for(d: Decision, value: float, replicas: int) -> None:
     a = answer_for(d, SPEC, namespace="ml", name="llm", decided_at=NOW)
-    assert a.target_size == 10.0
-    assert a.metric_value == pytest.approx(value, rel=1e-6)
-    assert a.replicas == replicas == max(0, math.ceil(a.metric_value / a.target_size - 1e-9))
+    assert a.capacity == 10.0
+    assert a.demand == pytest.approx(value, rel=1e-6)
+    assert a.replicas == replicas == max(0, math.ceil(a.demand / a.capacity - 1e-9))
     assert a.active is (value > 0)
+    assert a.why.startswith(f"{replicas} replicas: ")
+    assert (a.target.kind, a.target.name, a.target.namespace) == ("Deployment", "llm", "ml")
     if d.demand is not None:
-        assert a.metric_value >= d.demand
+        assert a.demand >= d.demand
+    # What the status carries gives back the same answer on another replica.
+    again = answer_from_status(a.to_status(), SPEC, namespace="ml", name="llm")
+    assert (again.replicas, again.decided_at, again.target, again.active) == (a.replicas, NOW, a.target, a.active)
+
+
+@pytest.mark.parametrize("block", [{}, {"replicas": -1, "decidedAt": "2025-03-03T12:00:00Z"},
+                                   {"replicas": 2.5, "decidedAt": "2025-03-03T12:00:00Z"},
+                                   {"replicas": True, "decidedAt": "2025-03-03T12:00:00Z"},
+                                   {"replicas": 2, "decidedAt": "yesterday"},
+                                   {"replicas": 2, "decidedAt": "2025-03-03T12:00:00"}],
+                         ids=["empty", "negative", "fraction", "bool", "not-a-time", "no-offset"])
+def test_a_status_block_that_cannot_be_read_says_so(block: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        answer_from_status(block, SPEC, namespace="ml", name="llm")
+    assert "status.keda cannot be read" in str(info.value)
 
 
 def test_busy_gpu_demand_targets_one_replicas_busy_gpus() -> None:
     spec = ScalerSpec.from_dict({"mode": "keda", "target": {"name": "llm"}, "demand": {"kind": "dcgm-busy-gpus"},
                                  "gpusPerReplica": 2, "capacity": {"gpuUtilizationTarget": 0.7}})
     a = answer_for(decision(desired=3, demand=2.0, q_pod=3.9), spec, namespace="ml", name="llm", decided_at=NOW)
-    assert (a.target_size, a.unit, a.replicas) == (pytest.approx(1.4), "busy GPUs", 3)
+    assert (a.capacity, a.unit, a.replicas) == (pytest.approx(1.4), "busy GPUs", 3)
 
 
 @dataclass(frozen=True)
@@ -80,20 +98,23 @@ def test_the_board_answers_fresh_decisions_only() -> None:
     assert board.lookup("ml", "llm").code == "unavailable"
     board.publish(answer_for(decision(), SPEC, namespace="ml", name="llm", decided_at=NOW))
     found: Any = board.lookup("ml", "llm")
-    assert found.code == "ok" and found.answer.metric_value == 55.0
+    assert found.code == "ok" and found.answer.replicas == 6
     clock.advance(301)
     assert board.lookup("ml", "llm").code == "unavailable"
     assert "301 s old" in board.lookup("ml", "llm").message
     assert board.lookup("ml", "llm", stale_ok=True).code == "ok"
     board.withdraw("ml", "llm", "paused")
     assert board.lookup("ml", "llm").code == "failed-precondition"
+    clock.advance(301)  # a withdrawal ages out too: a process that stopped reconciling it stops refusing it
+    assert board.lookup("ml", "llm").code == "unavailable"
+    board.withdraw("ml", "llm", "paused")
     board.publish(answer_for(decision(), SPEC, namespace="ml", name="llm", decided_at=clock.now()))
     assert board.lookup("ml", "llm").code == "ok"
     version = board.version
     assert board.wait(version, timeout=0.01) == version  # nothing changed: times out
     board.withdraw("ml", "llm", None)
     assert board.version != version and board.lookup("ml", "llm").code == "unavailable"
-    assert clock.now() - NOW == timedelta(seconds=301)
+    assert clock.now() - NOW == timedelta(seconds=602)
 
 
 def test_streams_beyond_the_limit_are_refused_and_polling_still_answers() -> None:

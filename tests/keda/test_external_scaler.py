@@ -124,12 +124,15 @@ def ref(scaler: str | None = "llm", name: str = "llm-so") -> Any:
         "scalerName": scaler, "scalerAddress": "predictive-scaler.predictive-scaler.svc:6000"})
 
 
-def ask(stub: pb_grpc.ExternalScalerStub, r: Any) -> tuple[float, float, bool]:
+def ask(stub: pb_grpc.ExternalScalerStub, r: Any) -> tuple[int, bool]:
+    """The replicas KEDA's HPA computes from the answer (target one replica, metric whole replicas), and IsActive."""
     [spec] = stub.GetMetricSpec(r, timeout=5).metricSpecs
     [value] = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=r, metricName=spec.metricName), timeout=5
                               ).metricValues
     assert spec.metricName == value.metricName == METRIC_NAME
-    return value.metricValueFloat, spec.targetSizeFloat, stub.IsActive(r, timeout=5).result
+    assert (spec.targetSize, spec.targetSizeFloat) == (1, 1.0)
+    assert value.metricValue == value.metricValueFloat  # whole replicas in both: every KEDA release reads them
+    return value.metricValue, stub.IsActive(r, timeout=5).result
 
 
 def backtest_decision(prom: BackfilledPrometheus, store: ModelStore, spec: dict[str, Any], now: datetime) -> Any:
@@ -148,20 +151,20 @@ def test_a_keda_client_gets_the_planners_demand(prometheus_server: BackfilledPro
     now = at(prometheus_server, offset)
     spec = spec_dict(prometheus_server)
     fake_api.add_scaler(NS, "llm", spec)
+    fake_api.put(scaled_object("llm-so", "llm"))
     expected = backtest_decision(prometheus_server, store, spec, now)
     assert expected.strategy == "predictive"
     with running_controller(prometheus_server, store, fake_api, now) as c:
         status = c.reconcile("llm")
-        value, target, active = ask(c.stub, ref())
+        replicas, active = ask(c.stub, ref())
     assert status["strategy"] == "predictive" and status["mode"] == "keda"
     ready = next(x for x in status["conditions"] if x["type"] == "Ready")
     assert ready["reason"] == "ServedToKeda"
-    assert target == ScalerSpec.from_dict(spec).capacity_per_replica
+    cap = ScalerSpec.from_dict(spec).capacity_per_replica
     planned = expected.forecast_pod_lead * ScalerSpec.from_dict(spec).demand.intra_step_peak_factor
-    assert value == pytest.approx(max(planned, expected.demand), rel=1e-2)
-    assert value >= expected.demand * (1 - 1e-6)  # never below the demand observed now
-    # KEDA's HPA (AverageValue): ceil(metric / target) — the replicas the planner asks for.
-    assert math.ceil(value / target - 1e-9) == max(expected.predicted_replicas, math.ceil(expected.demand / target))
+    # The P95 plan, never below the demand observed now, in whole replicas: what KEDA's HPA then computes.
+    assert replicas == math.ceil(max(planned, expected.demand) / cap - 1e-9)
+    assert replicas == max(expected.predicted_replicas, math.ceil(expected.demand / cap - 1e-9))
     assert active is True
     # Mode keda writes no /scale: the Deployment keeps its 5 replicas.
     deployment = fake_api.get("apps/v1", "Deployment", NS, "llm")
@@ -173,14 +176,16 @@ def test_a_scaler_with_no_model_answers_the_demand_observed_now(prometheus_serve
                                                                store: ModelStore, fake_api: FakeApiServer) -> None:
     now = at(prometheus_server, timedelta(days=11, hours=15))
     fake_api.add_scaler(NS, "fresh", spec_dict(prometheus_server, model="fresh"))
+    fake_api.put(scaled_object("llm-so", "fresh"))
     demand_now = float(prometheus_server.history.trace.values[prometheus_server.history.trace.index_at(
         now - timedelta(minutes=1))])
     with running_controller(prometheus_server, store, fake_api, now) as c:
         status = c.reconcile("fresh")
-        value, target, active = ask(c.stub, ref("fresh"))
+        replicas, active = ask(c.stub, ref("fresh"))
     assert status["strategy"] == "reactive"
     assert "has no serving version" in " ".join(status["reasons"])
-    assert value == pytest.approx(demand_now, rel=1e-6)
+    cap = ScalerSpec.from_dict(spec_dict(prometheus_server)).capacity_per_replica
+    assert replicas == math.ceil(demand_now / cap - 1e-9)  # the HPA rule on the demand observed now
     assert active is (demand_now > 0)
 
 
@@ -190,24 +195,30 @@ def test_missing_data_never_answers_lower(prometheus_server: BackfilledPrometheu
     now = datetime.fromtimestamp(math.floor((gap_start + timedelta(minutes=20)).timestamp() / 60) * 60, UTC)
     spec = spec_dict(prometheus_server, model="fresh")
     fake_api.add_scaler(NS, "fresh", spec)
+    fake_api.put(scaled_object("llm-so", "fresh"))
     with running_controller(prometheus_server, store, fake_api, now) as c:
         status = c.reconcile("fresh")
-        value, target, active = ask(c.stub, ref("fresh"))
+        replicas, active = ask(c.stub, ref("fresh"))
     assert status["strategy"] == "hold"
     # The 5 replicas running stay: KEDA's HPA computes 5 from the answer, not fewer.
-    assert math.ceil(value / target - 1e-9) == 5
-    assert value == pytest.approx(5 * target, rel=1e-6) and active is True
+    assert replicas == 5 and active is True
 
 
 def test_errors_say_why(prometheus_server: BackfilledPrometheus, store: ModelStore,
                         fake_api: FakeApiServer) -> None:
     now = at(prometheus_server, timedelta(days=11, hours=7))
     fake_api.add_scaler(NS, "llm", spec_dict(prometheus_server))
+    fake_api.put(scaled_object("llm-so", "llm"))
     fake_api.add_scaler(NS, "acting", spec_dict(prometheus_server, mode="scale", target={"name": "other"}))
+    other_so = scaled_object("other-so", "acting")
+    other_so["spec"]["scaleTargetRef"] = {"name": "other"}
+    fake_api.put(other_so)
     with running_controller(prometheus_server, store, fake_api, now) as c:
-        cases = [(ref("llm"), grpc.StatusCode.UNAVAILABLE, "not been reconciled"),
+        cases = [(ref("llm"), grpc.StatusCode.UNAVAILABLE, "has not reconciled it in mode keda"),
                  (ref(None), grpc.StatusCode.INVALID_ARGUMENT, "scalerName"),
-                 (ref("missing"), grpc.StatusCode.UNAVAILABLE, "no such scaler")]
+                 (ref("missing"), grpc.StatusCode.NOT_FOUND, "no PredictiveScaler 'missing' in namespace ml"),
+                 (ref("acting", name="other-so"), grpc.StatusCode.FAILED_PRECONDITION, "its mode is scale, not keda"),
+                 (ref("acting"), grpc.StatusCode.PERMISSION_DENIED, "does not scale Deployment ml/other")]
         for r, code, words in cases:
             with pytest.raises(grpc.RpcError) as info:
                 c.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=r, metricName=METRIC_NAME), timeout=5)
@@ -216,17 +227,23 @@ def test_errors_say_why(prometheus_server: BackfilledPrometheus, store: ModelSto
         fake_api.add_deployment(NS, "other", replicas=1, labels={"app": "other"})
         c.reconcile("acting")
         with pytest.raises(grpc.RpcError) as info:
-            c.stub.IsActive(ref("acting"), timeout=5)
+            c.stub.IsActive(ref("acting", name="other-so"), timeout=5)
+        # Reconciled in mode scale, it refuses to fight the ScaledObject: KEDA is told that reason.
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "mode is scale, not keda" in info.value.details()
-        assert ask(c.stub, ref("llm"))[2] is True
+        assert "not served to KEDA: ConflictingAutoscaler" in info.value.details()
+        assert ask(c.stub, ref("llm"))[1] is True
+        # A ScaledObject on another workload naming this scaler is refused, whatever the scaler's state.
+        fake_api.put({**scaled_object("thief", "llm"), "spec": {"scaleTargetRef": {"name": "other"}, "triggers": []}})
+        with pytest.raises(grpc.RpcError) as info:
+            c.stub.IsActive(ref("llm", name="thief"), timeout=5)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "does not scale" in info.value.details()
         # The answer ages out when the controller stops reconciling the scaler.
-        c.clock.advance(c.service.settings.liveness_timeout_seconds + 1)
+        c.clock.advance((c.service.settings.liveness_timeout_seconds or 0) + 1)
         with pytest.raises(grpc.RpcError) as info:
             c.stub.IsActive(ref("llm"), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "old" in info.value.details()
         [kept] = c.stub.GetMetricSpec(ref("llm"), timeout=5).metricSpecs  # the target does not age
-        assert kept.targetSizeFloat == ScalerSpec.from_dict(spec_dict(prometheus_server)).capacity_per_replica
+        assert kept.targetSizeFloat == 1.0
         with pytest.raises(grpc.RpcError) as info:
             c.stub.StreamMetricSpec(ref("llm"), timeout=5).next()
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED  # KEDA then polls GetMetricSpec
@@ -260,7 +277,7 @@ def test_its_scaledobject_and_kedas_hpa_are_not_conflicts(prometheus_server: Bac
         status = c.reconcile("llm")
         conflict = next(x for x in status["conditions"] if x["type"] == "ConflictingAutoscaler")
         assert conflict["status"] == "False"
-        assert ask(c.stub, ref("llm"))[2] is True
+        assert ask(c.stub, ref("llm"))[1] is True
         # A second ScaledObject on the same Deployment would fight KEDA's HPA: refused, and KEDA is told why.
         fake_api.put(scaled_object("another-so", "someone-else"))
         c.clock.advance(60)
@@ -269,14 +286,17 @@ def test_its_scaledobject_and_kedas_hpa_are_not_conflicts(prometheus_server: Bac
         assert conflict["status"] == "True" and "another-so" in conflict["message"]
         assert "llm-so" not in conflict["message"]
         with pytest.raises(grpc.RpcError) as info:
-            c.stub.GetMetricSpec(ref("llm"), timeout=5)
+            c.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref("llm"), metricName=METRIC_NAME), timeout=5)
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "another-so" in info.value.details()
+        # The spec still answers: the ScaledObject is right, and KEDA builds its HPA from the spec only once.
+        assert c.stub.GetMetricSpec(ref("llm"), timeout=5).metricSpecs[0].targetSize == 1
 
 
 def test_stream_is_active_sends_now_and_on_change(prometheus_server: BackfilledPrometheus, store: ModelStore,
                                                   fake_api: FakeApiServer) -> None:
     now = at(prometheus_server, timedelta(days=11, hours=7))
     fake_api.add_scaler(NS, "llm", spec_dict(prometheus_server))
+    fake_api.put(scaled_object("llm-so", "llm"))
     with running_controller(prometheus_server, store, fake_api, now) as c:
         c.reconcile("llm")
         stream = c.stub.StreamIsActive(ref("llm"), timeout=10)
