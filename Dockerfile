@@ -18,9 +18,17 @@ RUN python -m venv /opt/predictive-scaler
 WORKDIR /src
 # Dependencies first (cached while only the code changes), then the package.
 COPY deploy/image/constraints.txt /src/constraints.txt
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY predictive_scaler /src/predictive_scaler
+# No extras: the controller and the retraining job read Prometheus (no Parquet, no pyarrow) and draw
+# no plots (no matplotlib). Prophet declares matplotlib but only plots with it (prophet/plot.py
+# guards the import, and logs once that plotting is off), so it and the packages only it needs are
+# removed again: tests/test_packaging_extras.py fits and predicts with Prophet while matplotlib
+# cannot be imported. `pip check` reports that removal, hence no `pip check` here.
 RUN /opt/predictive-scaler/bin/pip install --constraint /src/constraints.txt /src \
+ && /opt/predictive-scaler/bin/pip uninstall --yes \
+      matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing \
+ && /opt/predictive-scaler/bin/python -c "import prophet, importlib.util as u; assert not u.find_spec('matplotlib') and not u.find_spec('pyarrow')" \
  && /opt/predictive-scaler/bin/python -m compileall -q /opt/predictive-scaler \
  && /opt/predictive-scaler/bin/predictive-scaler --help >/dev/null
 

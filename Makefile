@@ -53,7 +53,7 @@ tools:
 	@bash scripts/ensure-tools.sh
 
 # The markers of what a test needs besides Python packages (pyproject.toml; docs/development.md).
-NEEDS_MARKERS := prometheus or promtool or kubectl or kubeapi or peers
+NEEDS_MARKERS := prometheus or promtool or kubectl or kubeapi or peers or objectstore
 
 ## unit: every test that needs no program or service, on every core, with fewer Hypothesis examples
 unit: $(STAMP)

@@ -19,7 +19,7 @@ from predictive_scaler import __version__
 from predictive_scaler.errors import ScalerError
 
 #: Command modules, in the order `--help` lists them.
-COMMANDS = ("train", "forecast", "evaluate", "backtest", "controller", "retrain", "models", "status")
+COMMANDS = ("train", "forecast", "evaluate", "backtest", "controller", "retrain", "models", "status", "shadow_report")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -116,6 +116,55 @@ def _retrain_schema() -> dict[str, Any]:
                 "description": "Allocated GPUs under 5 % utilisation for 10 minutes or more, and their cost.",
                 "properties": {"mean": number, "costPerDay": number, "currency": {"type": "string"}},
             },
+            "learnedCapacity": {
+                "type": "object",
+                "description": "Demand one replica serves at spec.capacity.slo, learned from the served rate, latency "
+                               "and running batch: a point, or a lower bound when the knee was never reached.",
+                "properties": {"kind": {"type": "string", "enum": ["point", "lower-bound"]}, "perReplica": number,
+                               "low": number, "high": number, "unit": {"type": "string"},
+                               "slo": {"type": "string"}, "explanation": {"type": "string"}},
+            },
+        },
+    }
+
+
+def _capacity_schema() -> dict[str, Any]:
+    """``status.capacity``: the capacity per replica the controller plans on (spec.capacity.slo set)."""
+    number = {"type": "number"}
+    return {
+        "type": "object",
+        "description": "Demand one replica is planned to serve, and where it came from (spec.capacity.learned): "
+                       "kept here so that a controller restart changes nothing.",
+        "properties": {
+            "serving": number,
+            "configured": number,
+            "learned": number,
+            "kind": {"type": "string"},
+            "source": {"type": "string", "enum": ["configured", "learned"]},
+            "learnedMode": {"type": "string", "enum": ["report", "serve"]},
+            "unit": {"type": "string"},
+            "since": {"type": "string", "format": "date-time"},
+            "reason": {"type": "string", "maxLength": 1024},
+        },
+    }
+
+
+def _waste_schema() -> dict[str, Any]:
+    """``status.waste``: GPU waste per kind the controller can compute (predictive_scaler/waste.py)."""
+    number = {"type": "number"}
+    return {
+        "type": "object",
+        "description": "GPU waste by kind, as GPU-hours and cost a day at the rate seen over its evidence window.",
+        "properties": {
+            "currency": {"type": "string"},
+            "kinds": {
+                "type": "array",
+                "maxItems": 8,
+                "items": {"type": "object", "properties": {
+                    "kind": {"type": "string"}, "fired": {"type": "boolean"}, "gpuHoursPerDay": number,
+                    "costPerDay": number, "observedHours": number,
+                    "message": {"type": "string", "maxLength": 1024}}},
+            },
         },
     }
 
@@ -171,6 +220,8 @@ def status_json_schema() -> dict[str, Any]:
                 "description": "Names of the spec.events in force at the last decision (their lead time included).",
             },
             "retrain": _retrain_schema(),
+            "capacity": _capacity_schema(),
+            "waste": _waste_schema(),
             "keda": {
                 "type": "object",
                 "description": "The answer for KEDA's external scaler (mode keda), kept so that any controller "

@@ -69,6 +69,42 @@ CATALOG: tuple[MetricDef, ...] = (
     MetricDef("predictive_scaler_api_retries_total", "counter",
               "Kubernetes API calls retried after an error answer, by kind (conflict, throttled, server-error, "
               "unreachable), whether the retry then succeeded or not.", SCALER_LABELS + ("kind",)),
+    # Shadow mode (docs/shadow.md): what the live autoscaler did beside what this scaler would have done.
+    MetricDef("predictive_scaler_target_replicas", "gauge",
+              "Replicas the target's spec asks for now, whoever set them (in forecast-only: the live autoscaler)."),
+    MetricDef("predictive_scaler_planned_placeholder_gpus", "gauge",
+              "Placeholder (prewarm) GPUs the scaler decided on, held or not (forecast-only holds none)."),
+    MetricDef("predictive_scaler_gpus_per_replica", "gauge", "GPUs one replica of the target requests."),
+    MetricDef("predictive_scaler_live_autoscaler", "gauge",
+              "1 for each other autoscaler (HPA, ScaledObject) that scales the target.",
+              SCALER_LABELS + ("kind", "autoscaler")),
+    # FinOps (docs/finops.md): GPU-hours and their cost, by team and node pool.
+    MetricDef("predictive_scaler_gpu_hours_billed_total", "counter",
+              "GPU-hours the target's replicas and its placeholders held (billed), by team and node pool.",
+              SCALER_LABELS + ("team", "node_pool")),
+    MetricDef("predictive_scaler_gpu_hours_used_total", "counter",
+              "GPU-hours DCGM saw busy (dcgm-busy-gpus demand only), by team and node pool.",
+              SCALER_LABELS + ("team", "node_pool")),
+    MetricDef("predictive_scaler_gpu_cost_total", "counter",
+              "Cost of the billed GPU-hours at the price in effect, by team and node pool.",
+              SCALER_LABELS + ("team", "node_pool", "currency")),
+    MetricDef("predictive_scaler_gpu_price_per_hour", "gauge",
+              "Price of one GPU-hour the cost is counted at, and where it came from (spec, opencost).",
+              SCALER_LABELS + ("currency", "source")),
+    # Capacity per replica and GPU waste (docs/gpu-capacity.md).
+    MetricDef("predictive_scaler_capacity_per_replica", "gauge",
+              "Demand one replica is planned to serve (the demand's unit): requestsPerReplica, or the learned "
+              "capacity in use with capacity.learned: serve."),
+    MetricDef("predictive_scaler_learned_capacity", "gauge",
+              "Demand one replica serves at capacity.slo, as the retraining job last learned it; kind point, or "
+              "lower-bound when the knee was never reached.", SCALER_LABELS + ("kind",)),
+    MetricDef("predictive_scaler_waste_gpu_hours", "gauge",
+              "GPU-hours wasted a day, by kind (cpu-bound, saturated-at-low-load: the serving history of the "
+              "last 6 h; idle: the retraining job's report), at the rate seen; only kinds with evidence.",
+              SCALER_LABELS + ("kind",)),
+    MetricDef("predictive_scaler_waste_cost", "gauge",
+              "Cost a day of predictive_scaler_waste_gpu_hours at the spec's price per GPU-hour (none without one).",
+              SCALER_LABELS + ("kind", "currency")),
     MetricDef("predictive_scaler_cluster_cache_staleness_seconds", "gauge",
               "Seconds since the watch-fed cluster cache last knew this resource current (0 while its watch is "
               "connected; +Inf before the first list). Above the bound (120 s) no scaler scales down.",
@@ -76,6 +112,15 @@ CATALOG: tuple[MetricDef, ...] = (
 )
 
 NAMES: frozenset[str] = frozenset(m.name for m in CATALOG)
+
+#: Series the PrometheusRule records from the exported ones (deploy/…/prometheusrule.yaml): alerts and the
+#: fleet dashboard may read these too.
+RECORDED: tuple[str, ...] = (
+    "team:predictive_scaler_gpu_cost:increase1d",
+    "team_node_pool:predictive_scaler_gpu_hours_billed:increase1d",
+    "team_node_pool:predictive_scaler_gpu_hours_used:increase1d",
+    "team:predictive_scaler_cost_per_used_gpu_hour:1d",
+)
 
 
 def exported_series_names() -> frozenset[str]:

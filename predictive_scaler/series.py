@@ -341,7 +341,12 @@ def _read_parquet(p: Path, fh: IO[bytes]) -> pd.DataFrame:
     no column name or text cell longer than a row of a CSV trace may be."""
     try:
         import pyarrow.parquet as pq
-
+    except ImportError as exc:
+        # pyarrow is an extra (the controller reads Prometheus, never a file): say which one.
+        raise ConfigError(f"{p}: reading a Parquet trace needs pyarrow, which is not installed; install "
+                          "the parquet extra: pip install 'predictive-scaler[parquet]' (or give the trace as "
+                          "CSV)") from exc
+    try:
         rows = pq.ParquetFile(fh).metadata.num_rows
         fh.seek(0)
         frame = pd.read_parquet(fh) if rows <= MAX_GRID_STEPS else None

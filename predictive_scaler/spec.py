@@ -39,7 +39,9 @@ DEFAULT_RECENT_WINDOW_SECONDS = 7 * 86400
 #: The most recent history a forecast is handed, whether the spec or the served model asks for it.
 MAX_RECENT_WINDOW_SECONDS = 30 * 86400
 
-DemandKind = Literal["requests", "dcgm-busy-gpus"]
+DemandKind = Literal["requests", "dcgm-busy-gpus", "tokens", "concurrency"]
+#: Servers whose own metrics fill the demand and serving queries (sources/demand.py).
+Preset = Literal["vllm", "tgi", "triton"]
 Mode = Literal["forecast-only", "scale", "keda"]
 Recurrence = Literal["weekly"]
 #: RFC 3339 date-time with an explicit offset (``Z`` or ``±hh:mm``), seconds optional fraction.
@@ -321,24 +323,90 @@ class DemandSignal(_Settings):
         "quantile of (demand at the control period ÷ its model-step mean), e.g. `predictive-scaler backtest` "
         "estimates it from the training window. 1 = no allowance. Default: 1.", minimum=1, maximum=10))
 
-    _cel = (CelRule("self.kind != 'requests' || has(self.query)",
-                    "query is required when demand.kind is 'requests'; give the PromQL request-rate query"),)
+    preset: Preset | None = field(default=None, metadata=_m(
+        "The inference server whose own metrics fill the queries for the target's pods (selected by namespace and "
+        "pod name): 'vllm', 'tgi' or 'triton'. It gives the demand query of kinds requests, tokens and "
+        "concurrency when query is not set, and the served rate, latency and running batch that capacity is "
+        "learned from (capacity.slo) and that the dcgm-busy-gpus guard reads. Triton exports no token counters."))
+    served_query: str | None = field(default=None, metadata=_m(
+        "PromQL of what the whole target served per second (requests, or tokens for kind tokens), for learning "
+        "capacity; '$window' is replaced by capacity.slo.windowSeconds (e.g. sum(rate(x_total[$window]))). "
+        "Default: from the preset.", min_length=1))
+    latency_query: str | None = field(default=None, metadata=_m(
+        "PromQL of the target's mean request latency in seconds (histogram sum ÷ count over '$window'), for "
+        "learning capacity. Default: from the preset.", min_length=1))
+    latency_quantile_query: str | None = field(default=None, metadata=_m(
+        "PromQL of the latency quantile capacity.slo.latencyP95Ms bounds, in seconds (e.g. histogram_quantile(0.95, "
+        "sum by (le) (rate(x_bucket[$window])))). Default: from the preset.", min_length=1))
+    running_query: str | None = field(default=None, metadata=_m(
+        "PromQL of the requests running in the target's batches (summed over its pods), for learning capacity; "
+        "optional (latency alone finds the knee of a one-at-a-time server). Default: from the preset.",
+        min_length=1))
+
+    _cel = (CelRule("self.kind == 'dcgm-busy-gpus' || has(self.query) || has(self.preset)",
+                    "query (or preset) is required when demand.kind is 'requests', 'tokens' or 'concurrency'; give "
+                    "the PromQL demand query or a preset"),
+            CelRule("self.kind != 'tokens' || has(self.query) || !has(self.preset) || self.preset != 'triton'",
+                    "preset 'triton' exports no token counters; give demand.query for kind 'tokens'"))
 
     def _check(self) -> None:
-        if self.kind == "requests" and self.query is None:
-            self._fail("query", "is required when demand.kind is 'requests'; give the PromQL request-rate query, "
-                       "e.g. sum(rate(http_requests_total{service=\"llm\"}[2m]))")
+        if self.kind != "dcgm-busy-gpus" and self.query is None and self.preset is None:
+            self._fail("query", f"is required when demand.kind is {self.kind!r}; give the PromQL demand query, "
+                       "e.g. sum(rate(http_requests_total{service=\"llm\"}[2m])), or a preset (vllm, tgi, triton)")
+        if self.kind == "tokens" and self.query is None and self.preset == "triton":
+            self._fail("preset", "'triton' exports no token counters; give demand.query for kind 'tokens' (or use "
+                       "kind requests)")
+
+
+@dataclass(frozen=True)
+class CapacitySlo(_Settings):
+    latency_p95_ms: float | None = field(default=None, metadata=_m(
+        "Serve within p95 latency ≤ this many milliseconds: capacity is the highest served rate whose windows met "
+        "it.", minimum=0.001, maximum=3_600_000))
+    no_waiting: bool = field(default=False, metadata=_m(
+        "Serve with no requests waiting beyond the running batch: capacity is the knee, where the served rate stops "
+        "growing and requests queue. Default: false."))
+    window_seconds: int = field(default=60, metadata=_m(
+        "Range of the rate() windows capacity is learned over ('$window' in the serving queries); at least four "
+        "scrape intervals. Default: 60.", minimum=5, maximum=900))
+    history_hours: int = field(default=168, metadata=_m(
+        "Recent serving history the retraining job learns capacity from. Default: 168 (a week).",
+        minimum=1, maximum=720))
+
+    _cel = (CelRule("has(self.latencyP95Ms) != (has(self.noWaiting) && self.noWaiting)",
+                    "give exactly one of latencyP95Ms and noWaiting: true"),)
+
+    def _check(self) -> None:
+        if (self.latency_p95_ms is None) == (not self.no_waiting):
+            self._fail("latency_p95_ms", "and noWaiting: give exactly one of them (a p95 latency bound, or "
+                       "noWaiting: true for the knee)")
 
 
 @dataclass(frozen=True)
 class Capacity(_Settings):
     requests_per_replica: float | None = field(default=None, metadata=_m(
-        "Demand one replica serves within its latency SLO (same unit as the demand query, e.g. requests/s). "
-        "Required when demand.kind is 'requests'.", minimum=MIN_REQUESTS_PER_REPLICA,
+        "Demand one replica serves within its latency SLO, in the demand's unit: requests/s (kind requests), "
+        "tokens/s (tokens), requests in flight (concurrency). Required unless demand.kind is 'dcgm-busy-gpus'.", minimum=MIN_REQUESTS_PER_REPLICA,
         maximum=MAX_REQUESTS_PER_REPLICA))
     gpu_utilization_target: float = field(default=0.7, metadata=_m(
         "Target busy fraction of each GPU when demand.kind is 'dcgm-busy-gpus': replicas = busy GPUs / "
         "target / gpusPerReplica. The useful band is 0.6-0.8. Default: 0.7.", minimum=0.6, maximum=0.8))
+    slo: CapacitySlo | None = field(default=None, metadata=_m(
+        "The SLO at which the retraining job learns what one replica serves, from the served rate, latency and "
+        "running batch (demand.preset, or demand.servedQuery and demand.latencyQuery); it reports the value, a "
+        "point or a lower bound, in status.retrain.learnedCapacity."))
+    learned: Literal["report", "serve"] = field(default="report", metadata=_m(
+        "'report': the learned capacity is only reported. 'serve': the controller plans on it instead of "
+        "requestsPerReplica, moving at most x2 or /2 per retrain and never below requestsPerReplica on a lower "
+        "bound (requestsPerReplica is then the start value and the floor). Needs slo. Default: report."))
+
+    _cel = (CelRule("self.learned != 'serve' || has(self.slo)",
+                    "learned: serve needs capacity.slo (the SLO the capacity is learned at)"),)
+
+    def _check(self) -> None:
+        if self.learned == "serve" and self.slo is None:
+            self._fail("learned", "is 'serve' without capacity.slo; give the SLO the capacity is learned at (e.g. "
+                       "slo: {noWaiting: true})")
 
 
 @dataclass(frozen=True)
@@ -472,6 +540,105 @@ class Toleration(_Settings):
         "Taint effect; empty matches all. Default: empty."))
 
 
+#: A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+#: A Kubernetes label value (what a node selector requirement compares with): at most 63 characters.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+#: A NodePool name as Karpenter labels its nodes with it (karpenter.sh/nodepool): a label value that is a DNS name.
+NODE_POOL_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
+#: The label Karpenter puts on every node it launches, naming the NodePool that launched it.
+KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
+_LABEL_KEY, _LABEL_VALUE = re.compile(LABEL_KEY_PATTERN), re.compile(LABEL_VALUE_PATTERN)
+_INTEGER = re.compile(r"^-?[0-9]+$")
+
+
+@dataclass(frozen=True)
+class NodeSelectorRequirement(_Settings):
+    """One expression of a node selector term (core/v1 NodeSelectorRequirement)."""
+
+    key: str = field(metadata=_m("Node label key, e.g. karpenter.sh/nodepool or nvidia.com/gpu.product.", min_length=1,
+                                 schema={"pattern": LABEL_KEY_PATTERN, "maxLength": 317}))
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = field(metadata=_m(
+        "In, NotIn, Exists, DoesNotExist, Gt or Lt, as in a pod's node affinity."))
+    values: tuple[str, ...] = field(default=(), metadata=_m(
+        "Label values: one or more with In and NotIn, none with Exists and DoesNotExist, one integer with Gt and Lt.",
+        schema={"maxItems": 64, "items": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}}))
+
+    _cel = (
+        CelRule("self.operator in ['Exists', 'DoesNotExist'] ? (!has(self.values) || size(self.values) == 0) "
+                ": (has(self.values) && size(self.values) > 0)",
+                "values must be empty with operator Exists or DoesNotExist, and given with In, NotIn, Gt or Lt"),
+        CelRule("!(self.operator in ['Gt', 'Lt']) || !has(self.values) || size(self.values) == 0 || "
+                "(size(self.values) == 1 && self.values[0].matches('^-?[0-9]+$'))",
+                "operator Gt or Lt takes exactly one value, an integer"),
+    )
+
+    def _check(self) -> None:
+        if not _LABEL_KEY.match(self.key) or len(self.key) > 317:
+            self._fail("key", f"{excerpt(self.key)} is not a label key; write e.g. karpenter.sh/nodepool (an optional "
+                       "DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.')")
+        for i, value in enumerate(self.values):
+            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+                self._fail("values", f"[{i}] {excerpt(value)} is not a label value; write a string of at most 63 "
+                           "letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            self._fail("values", f"must be empty with operator {self.operator} (it tests only that the label is "
+                       "there); drop the values or use In / NotIn")
+        if self.operator not in ("Exists", "DoesNotExist") and not self.values:
+            self._fail("values", f"are required with operator {self.operator}; list the label values to compare with")
+        if self.operator in ("Gt", "Lt") and (len(self.values) != 1 or not _INTEGER.match(self.values[0])):
+            self._fail("values", f"with operator {self.operator} must be exactly one integer, e.g. ['3'], "
+                       f"got {list(self.values)!r}")
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm(_Settings):
+    """Expressions that must all match (core/v1 NodeSelectorTerm; matchFields is not supported)."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = field(metadata=_m(
+        "Node label requirements, all of which must match.", schema={"maxItems": 16}))
+
+    _cel = (CelRule("size(self.matchExpressions) > 0",
+                    "matchExpressions is empty; a term without expressions matches no node"),)
+
+    def _check(self) -> None:
+        if not self.match_expressions:
+            self._fail("match_expressions", "is empty; a term without expressions matches no node (as a required "
+                       "term, no node at all) — give at least one expression")
+
+
+@dataclass(frozen=True)
+class NodeSelector(_Settings):
+    """Terms of which at least one must match (core/v1 NodeSelector)."""
+
+    node_selector_terms: tuple[NodeSelectorTerm, ...] = field(metadata=_m(
+        "Terms, any one of which a node must match.", schema={"maxItems": 8}))
+
+    _cel = (CelRule("size(self.nodeSelectorTerms) > 0",
+                    "nodeSelectorTerms is empty; give at least one term (a node must match one of them)"),)
+
+    def _check(self) -> None:
+        if not self.node_selector_terms:
+            self._fail("node_selector_terms", "is empty; give at least one term (a node must match one of them)")
+
+
+@dataclass(frozen=True)
+class PreferredSchedulingTerm(_Settings):
+    weight: int = field(metadata=_m("Weight of the preference, 1-100.", minimum=1, maximum=100))
+    preference: NodeSelectorTerm = field(metadata=_m("The node label requirements preferred."))
+
+
+@dataclass(frozen=True)
+class NodeAffinity(_Settings):
+    """The node affinity of the placeholder pods (core/v1 NodeAffinity, without matchFields)."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = field(default=None, metadata=_m(
+        "Nodes the placeholder pods may only run on."))
+    preferred_during_scheduling_ignored_during_execution: tuple[PreferredSchedulingTerm, ...] = field(
+        default=(), metadata=_m("Nodes the placeholder pods prefer.", schema={"maxItems": 8}))
+
+
 @dataclass(frozen=True)
 class Prewarm(_Settings):
     enabled: bool = field(default=False, metadata=_m(
@@ -488,6 +655,18 @@ class Prewarm(_Settings):
         "Node selector of the placeholder pods (match the inference pods)."))
     tolerations: tuple[Toleration, ...] = field(default=(), metadata=_m(
         "Tolerations of the placeholder pods (match the inference pods)."))
+    affinity: NodeAffinity | None = field(default=None, metadata=_m(
+        "Node affinity of the placeholder pods (a Kubernetes NodeAffinity; match the inference pods' so the "
+        "nodes warmed are nodes they can use). With Karpenter, select the NodePool here or with nodePool."))
+    node_pool: str | None = field(default=None, metadata=_m(
+        "Karpenter NodePool the placeholder pods ask for: adds the requirement karpenter.sh/nodepool In [nodePool] "
+        "to every required term of affinity. Give the NodePool here or in affinity, not both.", min_length=1,
+        schema={"pattern": NODE_POOL_PATTERN, "maxLength": 63}))
+    do_not_disrupt: bool = field(default=False, metadata=_m(
+        "Annotate the placeholder pods karpenter.sh/do-not-disrupt: \"true\", so Karpenter neither consolidates "
+        "nor (without a NodeClaim terminationGracePeriod) drift-replaces a node while a placeholder runs on it; it "
+        "also pins the real pods sharing that node. Expiration still applies. Default: false (tune the NodePool's "
+        "consolidateAfter and disruption budgets first; docs/install.md#karpenter)."))
     budget: Budget = field(default_factory=Budget, metadata=_m(
         "Hard bound on speculative capacity (all GPUs that exist only because of the forecast, whether or "
         "not placeholders are enabled). An empty budget allows no speculation."))
@@ -502,6 +681,24 @@ class Prewarm(_Settings):
         "Run a replica on every GPU of the whole nodes the plan needs (up to maxReplicas): a billed GPU costs "
         "the same idle or serving. Only for node pools the target has to itself. The extra replicas count as "
         "speculative GPUs above the reactive counterfactual, within the budget. Default: false."))
+
+    _cel = (CelRule(
+        "!has(self.nodePool) || !has(self.affinity) || "
+        "!has(self.affinity.requiredDuringSchedulingIgnoredDuringExecution) || "
+        "self.affinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.all(t, "
+        f"t.matchExpressions.all(e, e.key != '{KARPENTER_NODEPOOL_LABEL}'))",
+        f"nodePool is set and affinity also requires {KARPENTER_NODEPOOL_LABEL}; give the NodePool in one place"),)
+
+    def _check(self) -> None:
+        if self.node_pool is not None and (len(self.node_pool) > 63 or not re.match(NODE_POOL_PATTERN, self.node_pool)):
+            self._fail("node_pool", f"{excerpt(self.node_pool)} is not a NodePool name; use at most 63 lower-case "
+                       "letters, digits, '-' and '.', starting and ending with a letter or digit")
+        required = self.affinity.required_during_scheduling_ignored_during_execution if self.affinity else None
+        if self.node_pool is not None and required is not None and any(
+                e.key == KARPENTER_NODEPOOL_LABEL for term in required.node_selector_terms
+                for e in term.match_expressions):
+            self._fail("node_pool", f"is set and affinity also requires {KARPENTER_NODEPOOL_LABEL}; give the "
+                       "NodePool in one place (nodePool, or the affinity expression)")
 
 
 @dataclass(frozen=True)
@@ -617,8 +814,8 @@ class ScalerSpec(_Settings):
     _cel = (
         CelRule("self.minReplicas <= self.maxReplicas",
                 "minReplicas is greater than maxReplicas; lower minReplicas or raise maxReplicas"),
-        CelRule("self.demand.kind != 'requests' || (has(self.capacity) && has(self.capacity.requestsPerReplica))",
-                "capacity.requestsPerReplica is required when demand.kind is 'requests'"),
+        CelRule("self.demand.kind == 'dcgm-busy-gpus' || (has(self.capacity) && has(self.capacity.requestsPerReplica))",
+                "capacity.requestsPerReplica is required unless demand.kind is 'dcgm-busy-gpus'"),
         CelRule("!has(self.prewarm) || !self.prewarm.enabled || self.gpusPerReplica <= self.prewarm.gpusPerNode",
                 "gpusPerReplica exceeds prewarm.gpusPerNode; a replica must fit on one node"),
         # An absent model section is the default one (and its default step).
@@ -629,15 +826,22 @@ class ScalerSpec(_Settings):
                 "an event's minReplicas is greater than maxReplicas; lower it or raise maxReplicas"),
         CelRule("self.mode != 'keda' || !has(self.prewarm) || !self.prewarm.enabled",
                 "prewarm.enabled is true with mode 'keda'; placeholder pods are managed only in mode 'scale'"),
+        CelRule("!has(self.capacity) || !has(self.capacity.slo) || (self.demand.kind != 'concurrency' && "
+                "self.demand.kind != 'dcgm-busy-gpus' && (has(self.demand.preset) || "
+                "(has(self.demand.servedQuery) && has(self.demand.latencyQuery))))",
+                "capacity.slo needs demand.kind requests or tokens and demand.preset (or servedQuery and "
+                "latencyQuery)"),
     )
 
     def _check(self) -> None:
         if self.min_replicas > self.max_replicas:
             self._fail("min_replicas", f"({self.min_replicas}) is greater than maxReplicas ({self.max_replicas}); "
                        "lower minReplicas or raise maxReplicas")
-        if self.demand.kind == "requests" and self.capacity.requests_per_replica is None:
-            self._fail("capacity.requests_per_replica", "is required when demand.kind is 'requests'; give the "
-                       "request rate one replica serves within its SLO")
+        if self.demand.kind != "dcgm-busy-gpus" and self.capacity.requests_per_replica is None:
+            self._fail("capacity.requests_per_replica", f"is required when demand.kind is {self.demand.kind!r}; "
+                       f"give the {self.demand_unit} one replica serves within its SLO")
+        if self.capacity.slo is not None:
+            self._check_learning()
         if self.prewarm.enabled and self.gpus_per_replica > self.prewarm.gpus_per_node:
             self._fail("gpus_per_replica", f"({self.gpus_per_replica}) exceeds prewarm.gpusPerNode "
                        f"({self.prewarm.gpus_per_node}); a replica must fit on one node")
@@ -656,6 +860,19 @@ class ScalerSpec(_Settings):
         if self.horizon_seconds % self.model.step_seconds:
             self._fail("horizon_seconds", f"({self.horizon_seconds}) is not a multiple of model.stepSeconds "
                        f"({self.model.step_seconds}); choose e.g. {self.model.step_seconds * 6}")
+
+    def _check_learning(self) -> None:
+        d = self.demand
+        if d.kind in ("concurrency", "dcgm-busy-gpus"):
+            self._fail("capacity.slo", f"cannot be learned for demand.kind {d.kind!r}: capacity is learned as a "
+                       "served rate (kind requests or tokens); set capacity.requestsPerReplica yourself")
+        if d.preset is None and (d.served_query is None or d.latency_query is None):
+            self._fail("capacity.slo", "needs the serving history: give demand.preset (vllm, tgi, triton), or "
+                       "demand.servedQuery and demand.latencyQuery")
+        if self.capacity.slo is not None and self.capacity.slo.latency_p95_ms is not None and \
+                d.preset is None and d.latency_quantile_query is None:
+            self._fail("capacity.slo.latency_p95_ms", "needs the latency quantile: give demand.latencyQuantileQuery "
+                       "or a preset")
 
     def advisories(self) -> tuple[str, ...]:
         """Valid settings that defeat part of their own purpose: said (backtest notes), not refused.
@@ -690,7 +907,8 @@ class ScalerSpec(_Settings):
 
     @property
     def demand_unit(self) -> str:
-        return "busy GPUs" if self.demand.kind == "dcgm-busy-gpus" else "req/s"
+        return {"dcgm-busy-gpus": "busy GPUs", "tokens": "tokens/s",
+                "concurrency": "requests in flight"}.get(self.demand.kind, "req/s")
 
     # -- dict shape ------------------------------------------------------------------------
     @classmethod

@@ -91,3 +91,27 @@ def test_the_wheel_ships_the_product_without_the_lab(tmp_path: Path) -> None:
     assert tops == {"predictive_scaler", wheel.name.split("-py3")[0] + ".dist-info"}, tops
     assert "predictive_scaler/reconcile.py" in names
     assert not [n for n in names if "benchmarks" in n or "openmetrics" in n or n.startswith("tests/")]
+    metadata = zipfile.ZipFile(wheel).read(
+        f"{wheel.name.split('-py3')[0]}.dist-info/METADATA").decode()
+    _check_metadata(metadata)
+
+
+def _check_metadata(metadata: str) -> None:
+    """The runtime needs neither pyarrow nor matplotlib; the extras that add them name them; the
+    licence is the SPDX expression of PEP 639, with its text shipped."""
+    from email.parser import Parser
+
+    from packaging.requirements import Requirement
+
+    headers = Parser().parsestr(metadata, headersonly=True)
+    requires = [Requirement(r) for r in headers.get_all("Requires-Dist") or []]
+    unconditional = {r.name.lower() for r in requires if r.marker is None}
+    assert not unconditional & {"pyarrow", "matplotlib"}, sorted(unconditional)
+    assert {"requests", "urllib3", "prophet"} <= unconditional, sorted(unconditional)
+    for extra, package in (("parquet", "pyarrow"), ("report", "matplotlib")):
+        assert extra in (headers.get_all("Provides-Extra") or []), extra
+        gated = [r for r in requires if r.name.lower() == package]
+        assert gated and all(r.marker is not None and r.marker.evaluate({"extra": extra}) for r in gated), gated
+        assert not any(r.marker.evaluate({"extra": ""}) for r in gated), gated
+    assert headers["License-Expression"] == "Apache-2.0", headers["License-Expression"]
+    assert headers.get_all("License-File") == ["LICENSE"], headers.get_all("License-File")

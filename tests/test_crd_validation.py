@@ -26,7 +26,7 @@ import yaml
 from predictive_scaler import crd, spec
 from predictive_scaler.errors import ConfigError
 from predictive_scaler.kube.manifests import KIND
-from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.spec import Capacity, CapacitySlo, DemandSignal, ScalerSpec
 from tests.deploy.support import OVERLAYS, render
 
 SCHEMA = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
@@ -106,6 +106,25 @@ def _rule(section: type, index: int = 0) -> str:
     return section._cel[index].message  # type: ignore[attr-defined]
 
 
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_TERM = f"spec.prewarm.affinity.{_REQUIRED}.nodeSelectorTerms[0]"
+
+
+def _affinity(*expressions: dict[str, Any], **prewarm: Any) -> dict[str, Any]:
+    """A prewarm section whose affinity requires one term of ``expressions``."""
+    return {**prewarm, "affinity": {_REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
+
+
+
+_PREFERENCE = "spec.prewarm.affinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference"
+
+
+def _preferred(*expressions: dict[str, Any]) -> dict[str, Any]:
+    """A prewarm section whose affinity prefers (weight 10) one term of ``expressions``."""
+    term = {"weight": 10, "preference": {"matchExpressions": list(expressions)}}
+    return {"affinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 # id, spec, (path of the rule, its message) or None for a valid spec, field spec.py names
 CASES: list[tuple[str, dict[str, Any], tuple[str, str] | None, str | None]] = [
     ("valid-requests", REQUESTS, None, None),
@@ -168,6 +187,45 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str] | None, str | None]] = [
      ("spec", _rule(ScalerSpec, 4)), "spec.events[0].minReplicas"),
     ("keda-with-placeholders", with_(REQUESTS, mode="keda", prewarm={"enabled": True}),
      ("spec", _rule(ScalerSpec, 5)), "spec.prewarm.enabled"),
+    # Placeholder node affinity and the Karpenter NodePool (spec.prewarm.affinity, nodePool).
+    ("valid-affinity-and-node-pool", with_(REQUESTS, prewarm=_affinity(
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100"]}, nodePool="gpu")), None, None),
+    ("valid-affinity-exists-and-gt", with_(REQUESTS, prewarm=_affinity(
+        {"key": "gpu", "operator": "Exists"}, {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt",
+                                              "values": ["3"]})), None, None),
+    ("affinity-in-without-values", with_(REQUESTS, prewarm=_affinity({"key": "gpu", "operator": "In"})),
+     (_TERM + ".matchExpressions[0]", _rule(spec.NodeSelectorRequirement, 0)), _TERM + ".matchExpressions[0].values"),
+    ("affinity-gt-not-an-integer", with_(REQUESTS, prewarm=_affinity({"key": "gpu", "operator": "Gt", "values": ["x"]})),
+     (_TERM + ".matchExpressions[0]", _rule(spec.NodeSelectorRequirement, 1)), _TERM + ".matchExpressions[0].values"),
+    ("affinity-term-without-expressions", with_(REQUESTS, prewarm=_affinity()),
+     (_TERM, _rule(spec.NodeSelectorTerm)), _TERM + ".matchExpressions"),
+    ("affinity-without-terms", with_(REQUESTS, prewarm={"affinity": {_REQUIRED: {"nodeSelectorTerms": []}}}),
+     ("spec.prewarm.affinity." + _REQUIRED, _rule(spec.NodeSelector)),
+     "spec.prewarm.affinity." + _REQUIRED + ".nodeSelectorTerms"),
+    ("preferred-term-without-expressions", with_(REQUESTS, prewarm=_preferred()),
+     (_PREFERENCE, _rule(spec.NodeSelectorTerm)), _PREFERENCE + ".matchExpressions"),
+    ("preferred-not-in-without-values", with_(REQUESTS, prewarm=_preferred({"key": "gpu", "operator": "NotIn"})),
+     (_PREFERENCE + ".matchExpressions[0]", _rule(spec.NodeSelectorRequirement, 0)),
+     _PREFERENCE + ".matchExpressions[0].values"),
+    ("preferred-lt-two-values", with_(REQUESTS, prewarm=_preferred({"key": "gpu", "operator": "Lt", "values": ["1", "2"]})),
+     (_PREFERENCE + ".matchExpressions[0]", _rule(spec.NodeSelectorRequirement, 1)),
+     _PREFERENCE + ".matchExpressions[0].values"),
+    ("node-pool-in-both-places", with_(REQUESTS, prewarm=_affinity(
+        {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]}, nodePool="gpu")),
+     ("spec.prewarm", _rule(spec.Prewarm)), "spec.prewarm.nodePool"),
+    ("valid-tokens-preset-learning", {"target": {"name": "llm"}, "demand": {"kind": "tokens", "preset": "vllm"},
+                                      "capacity": {"requestsPerReplica": 5000, "learned": "serve",
+                                                   "slo": {"noWaiting": True}}}, None, None),
+    ("triton-has-no-tokens", {"target": {"name": "llm"}, "demand": {"kind": "tokens", "preset": "triton"},
+                              "capacity": {"requestsPerReplica": 5}},
+     ("spec.demand", _rule(DemandSignal, 1)), "spec.demand.preset"),
+    ("slo-both-or-neither", with_(REQUESTS, demand={"preset": "vllm"},
+                                  capacity={"requestsPerReplica": 5, "slo": {}}),
+     ("spec.capacity.slo", _rule(CapacitySlo)), "spec.capacity.slo.latencyP95Ms"),
+    ("serve-without-slo", with_(REQUESTS, capacity={"requestsPerReplica": 5, "learned": "serve"}),
+     ("spec.capacity", _rule(Capacity)), "spec.capacity.learned"),
+    ("slo-without-serving-queries", with_(REQUESTS, capacity={"requestsPerReplica": 5, "slo": {"noWaiting": True}}),
+     ("spec", _rule(ScalerSpec, len(ScalerSpec._cel) - 1)), "spec.capacity.slo"),
 ]
 
 

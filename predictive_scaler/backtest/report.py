@@ -191,8 +191,8 @@ def frontier_verdict(frontier: FrontierResult) -> list[str]:
                      f"({money(pred.gpu_hours * gpu_price, cur)}, {_pct(pred.slo_attainment)} served) and serving "
                      f"more: {worst}")
     else:
-        lines.append("no other setting both cheaper and serving more: no reactive or Holt-Winters target tried is "
-                     "both cheaper than predictive's default and serves more — met")
+        lines.append("no other setting both cheaper and serving more: no reactive or Holt-Winters target and no "
+                     "static fleet size tried is both cheaper than predictive's default and serves more — met")
     gap = h.get("gap_closed_vs_reactive")
     if gap is None:
         lines.append("share of the possible saving reached: undefined (predictive serves more than every reactive "
@@ -288,10 +288,23 @@ def _why(result: Result) -> list[str]:
 
 # -- plots --------------------------------------------------------------------------------------
 
+def require_matplotlib() -> Any:
+    """The matplotlib module, or a ConfigError naming the extra that installs it: the plots are the only
+    user of matplotlib, so it is the ``report`` extra, not a dependency of the controller's image."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        from predictive_scaler.errors import ConfigError
+
+        raise ConfigError("--report draws its plots with matplotlib, which is not installed; install the "
+                          "report extra: pip install 'predictive-scaler[report]' (or leave out --report)",
+                          field="report") from exc
+    return matplotlib
+
+
 def plot_files(result: Result, directory: Path, frontier: FrontierResult | None = None) -> dict[str, Path]:
     """Every figure of the report, in the order it shows them; the keys name them."""
-    import matplotlib
-
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -137,3 +137,53 @@ def check_output(flag: str, path: str | Path, *, directory: bool) -> Path:
         raise ConfigError(f"{flag} {p}: cannot write in {existing} ({exc.strerror or exc}); choose another {flag} "
                           "or fix its permissions", field=flag.lstrip("-").replace("-", "_")) from exc
     return p
+
+
+def add_prometheus_auth_flags(p: argparse.ArgumentParser) -> None:
+    """The ``--prometheus-*`` credential, TLS and header flags every command that reads Prometheus takes
+    (each defaults to its ``PREDICTIVE_SCALER_PROMETHEUS_*`` variable; secrets only ever from files)."""
+    g = p.add_argument_group("Prometheus authentication (docs/install.md, Prometheus behind authentication)")
+    g.add_argument("--prometheus-bearer-token-file", metavar="FILE",
+                   help="send 'Authorization: Bearer <file content>', re-read when the file changes (a projected "
+                        "ServiceAccount token) ($PREDICTIVE_SCALER_PROMETHEUS_BEARER_TOKEN_FILE)")
+    g.add_argument("--prometheus-basic-auth-user", metavar="USER",
+                   help="basic auth user ($PREDICTIVE_SCALER_PROMETHEUS_BASIC_AUTH_USER)")
+    g.add_argument("--prometheus-basic-auth-password-file", metavar="FILE",
+                   help="basic auth password, read from this file ($PREDICTIVE_SCALER_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE)")
+    g.add_argument("--prometheus-ca-file", metavar="FILE",
+                   help="PEM CA bundle that signed Prometheus's certificate ($PREDICTIVE_SCALER_PROMETHEUS_CA_FILE)")
+    g.add_argument("--prometheus-cert-file", metavar="FILE",
+                   help="PEM client certificate for mTLS ($PREDICTIVE_SCALER_PROMETHEUS_CERT_FILE)")
+    g.add_argument("--prometheus-key-file", metavar="FILE",
+                   help="its PEM private key ($PREDICTIVE_SCALER_PROMETHEUS_KEY_FILE)")
+    g.add_argument("--prometheus-insecure-skip-verify", action="store_true", default=None,
+                   help="do NOT verify Prometheus's certificate (unsafe: prefer --prometheus-ca-file) "
+                        "($PREDICTIVE_SCALER_PROMETHEUS_INSECURE_SKIP_VERIFY=true)")
+    g.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
+                   help="send this header with every query, e.g. X-Scope-OrgID=team-a (repeatable; "
+                        "$PREDICTIVE_SCALER_PROMETHEUS_HEADERS, comma-separated); never a secret: use "
+                        "--prometheus-header-file")
+    g.add_argument("--prometheus-header-file", action="append", default=[], metavar="NAME=PATH",
+                   help="send this header with the file's content as its value, re-read when it changes "
+                        "(repeatable; $PREDICTIVE_SCALER_PROMETHEUS_HEADER_FILES)")
+    g.add_argument("--prometheus-sigv4-region", metavar="REGION",
+                   help="sign requests with AWS SigV4 for Amazon Managed Prometheus in REGION, with the default AWS "
+                        "credentials (IRSA …); needs predictive-scaler[aws] ($PREDICTIVE_SCALER_PROMETHEUS_SIGV4_REGION)")
+    g.add_argument("--prometheus-google-auth", action="store_true", default=None,
+                   help="authenticate to Google Managed Prometheus with Application Default Credentials (workload "
+                        "identity); needs predictive-scaler[gcp] ($PREDICTIVE_SCALER_PROMETHEUS_GOOGLE_AUTH=true)")
+
+
+def prometheus_auth(args: argparse.Namespace, environ: Any) -> Any:
+    """The :class:`~predictive_scaler.sources.prometheus_auth.PrometheusAuth` of ``args`` over ``environ``."""
+    from predictive_scaler.sources.prometheus_auth import PrometheusAuth, parse_pairs
+
+    return PrometheusAuth.from_env(
+        environ, bearer_token_file=args.prometheus_bearer_token_file,
+        basic_auth_user=args.prometheus_basic_auth_user,
+        basic_auth_password_file=args.prometheus_basic_auth_password_file, ca_file=args.prometheus_ca_file,
+        cert_file=args.prometheus_cert_file, key_file=args.prometheus_key_file,
+        insecure_skip_verify=args.prometheus_insecure_skip_verify,
+        headers=parse_pairs(args.prometheus_header, "--prometheus-header"),
+        header_files=parse_pairs(args.prometheus_header_file, "--prometheus-header-file"),
+        sigv4_region=args.prometheus_sigv4_region, google_auth=args.prometheus_google_auth)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.commands import backtest_prometheus, backtest_trace
+from predictive_scaler.commands._flags import add_prometheus_auth_flags
 from predictive_scaler.commands.backtest_prometheus import (
     DEFAULT_HISTORY_DAYS,
     DEFAULT_MAX_MISSING,
@@ -80,6 +81,7 @@ def register(subparsers: Any) -> None:
                    help="with --prometheus: seconds per Prometheus request (default 30)")
     p.add_argument("--save-history", type=Path, default=None, metavar="FILE.csv",
                    help="with --prometheus: also write the pulled history as a timestamp,value CSV (a --trace)")
+    add_prometheus_auth_flags(p)
     p.add_argument("--scenario", type=Path, default=None, help="scenario YAML (default: backtests/default.yaml)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout (nulls for undefined)")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
@@ -147,6 +149,9 @@ def _check_flags(args: argparse.Namespace) -> None:
 
     if args.report is not None:
         check_output("--report", args.report, directory=True)
+        from predictive_scaler.backtest.report import require_matplotlib
+
+        require_matplotlib()  # the report's extra missing must not cost the whole replay either
     if args.save_history is not None:
         check_output("--save-history", args.save_history, directory=False)
     if args.timezone is not None:

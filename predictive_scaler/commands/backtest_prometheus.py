@@ -40,9 +40,10 @@ def demand(args: argparse.Namespace, target: ScalerTarget) -> Series:
 
 
 def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
+    import os
     from datetime import UTC, datetime
 
-    from predictive_scaler.commands._flags import parse_time_flag
+    from predictive_scaler.commands._flags import parse_time_flag, prometheus_auth
     from predictive_scaler.errors import (
         ConfigError,
         DataError,
@@ -70,7 +71,8 @@ def pull(args: argparse.Namespace, target: ScalerTarget) -> Series:
         raise ConfigError(f"--min-history: {exc}", field="min_history") from exc
     query = demand_query(target.spec, target.namespace)
     where = f"{target.key}'s demand ({query}) from {redact_url(args.prometheus)}, {args.days:g} days to {end.isoformat()}"
-    source = PrometheusSource(args.prometheus, timeout=args.timeout, timeout_setting="--timeout")
+    source = PrometheusSource(args.prometheus, timeout=args.timeout, timeout_setting="--timeout",
+                              auth=prometheus_auth(args, os.environ))
     max_missing = DEFAULT_MAX_MISSING if args.max_missing is None else args.max_missing
     try:
         series = history_for_scaler(source, target.spec, end, args.days, namespace=target.namespace,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from predictive_scaler.commands._flags import add_command
+from predictive_scaler.commands._flags import add_command, add_prometheus_auth_flags
 
 
 def register(subparsers: Any) -> None:
@@ -44,19 +44,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("--keda-only", action="store_true",
                    help="serve only KEDA's external scaler API, answering from the PredictiveScalers' status; no "
                         "reconcile (a second Deployment that keeps KEDA answered while the controller restarts)")
+    p.add_argument("--team-label", metavar="LABEL",
+                   help="namespace label whose value is the team label of the FinOps metrics (default: "
+                        "$PREDICTIVE_SCALER_TEAM_LABEL; unset = team is empty)")
+    add_prometheus_auth_flags(p)
     p.set_defaults(func=run)
 
 
 def settings_from_args(args: argparse.Namespace, environ: Any) -> Any:
     import dataclasses
 
+    from predictive_scaler.commands._flags import prometheus_auth
     from predictive_scaler.controller.settings import ClusterBudgetLimits, ControllerSettings
 
     settings = ControllerSettings.from_env(
         environ, prometheus_url=args.prometheus_url, model_store=args.model_store, interval_seconds=args.interval,
         namespace=args.namespace, dry_run=args.dry_run or None, metrics_port=args.metrics_port,
         health_port=args.health_port, kubeconfig=args.kubeconfig, keda_tls_cert=args.keda_tls_cert,
-        keda_tls_key=args.keda_tls_key, keda_tls_client_ca=args.keda_tls_client_ca, keda_only=args.keda_only or None)
+        keda_tls_key=args.keda_tls_key, keda_tls_client_ca=args.keda_tls_client_ca, keda_only=args.keda_only or None,
+        team_label=args.team_label,
+        prometheus_auth=prometheus_auth(args, environ))
     budget = settings.cluster_budget
     if args.cluster_budget_gpus is not None or args.cluster_budget_cost_per_hour is not None:
         budget = ClusterBudgetLimits(

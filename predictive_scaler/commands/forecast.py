@@ -17,7 +17,8 @@ from predictive_scaler.commands._flags import add_command, add_trace_flags
 
 def register(subparsers: Any) -> None:
     p = add_command(subparsers, __doc__)
-    p.add_argument("--model", required=True, help="artifact directory, store entry, or store root with --name")
+    p.add_argument("--model", required=True, help="artifact directory, store entry, or store root (a directory or "
+                                                   "s3://bucket/prefix) with --name")
     p.add_argument("--name", help="model name when --model is a store root")
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file with the recent observations")
     p.add_argument("--at", help="forecast as of this ISO-8601 time (default: the last step of the trace); without an "
@@ -39,10 +40,19 @@ def resolve_model(model: str | Path, name: str | None = None, *, expected_series
         MANIFEST_FILE,
         SERVING_FILE,
         ModelStore,
+        is_object_store_url,
         load_artifact,
     )
     from predictive_scaler.yaml_input import describe
 
+    if is_object_store_url(model):
+        from predictive_scaler.commands.models import open_store_flag
+
+        store = open_store_flag(str(model), "--model")
+        names = [name] if name is not None else store.names()
+        if len(names) != 1:
+            raise ModelError(f"{model}: holds {', '.join(names) or 'no models'}; name one with --name")
+        return store.serving(names[0], expected_series=expected_series)
     path = Path(model)
     if name is not None:
         return ModelStore(path).serving(name, expected_series=expected_series)

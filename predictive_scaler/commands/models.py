@@ -11,55 +11,82 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "models",
         help="list, inspect, promote or roll back model versions in a store",
-        description="Operate a model store (a directory; a PersistentVolume in the cluster).",
+        description="Operate a model store: a directory (a PersistentVolume in the cluster) or an object store "
+                    "bucket, s3://bucket/prefix (credentials from the AWS SDK's environment; "
+                    "--s3-endpoint-url or AWS_ENDPOINT_URL_S3 for an S3-compatible store).",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     ls = actions.add_parser("list", help="versions of one model, or every model's serving version")
-    ls.add_argument("--store", required=True, help="model store directory")
+    ls.add_argument("--store", required=True, help=STORE_HELP)
     ls.add_argument("--name", help="model name (default: list every model in the store)")
     ls.add_argument("--json", action="store_true", help="print JSON")
+    add_endpoint_flag(ls)
     ls.set_defaults(func=run_list)
 
     show = actions.add_parser("show", help="a version's manifest, verified (default: the serving version)")
-    show.add_argument("--store", required=True, help="model store directory")
+    show.add_argument("--store", required=True, help=STORE_HELP)
     show.add_argument("--name", required=True, help="model name")
     show.add_argument("--version", help="version id (default: the serving one)")
+    add_endpoint_flag(show)
     show.set_defaults(func=run_show)
 
     promote = actions.add_parser("promote", help="serve a listed version (verified first)")
-    promote.add_argument("--store", required=True, help="model store directory")
+    promote.add_argument("--store", required=True, help=STORE_HELP)
     promote.add_argument("--name", required=True, help="model name")
     promote.add_argument("--version", required=True, help="version id from `models list`")
+    add_endpoint_flag(promote)
     promote.set_defaults(func=run_promote)
 
     rollback = actions.add_parser("rollback", help="serve the version that served before the current one")
-    rollback.add_argument("--store", required=True, help="model store directory")
+    rollback.add_argument("--store", required=True, help=STORE_HELP)
     rollback.add_argument("--name", required=True, help="model name")
+    add_endpoint_flag(rollback)
     rollback.set_defaults(func=run_rollback)
 
     verify = actions.add_parser("verify", help="check every pointer and version of the store (exit 1 on a problem)")
-    verify.add_argument("--store", required=True, help="model store directory")
+    verify.add_argument("--store", required=True, help=STORE_HELP)
     verify.add_argument("--name", help="model name (default: every model in the store)")
     verify.add_argument("--repair", action="store_true",
                         help="re-point a damaged or failing serving pointer to the newest version that verifies")
     verify.add_argument("--json", action="store_true", help="print JSON")
+    add_endpoint_flag(verify)
     verify.set_defaults(func=run_verify)
 
 
-def _store(args: argparse.Namespace) -> Any:
+STORE_HELP = "model store: a directory or s3://bucket/prefix"
+
+
+def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--s3-endpoint-url", help="endpoint of an S3-compatible object store for an s3:// store "
+                                             "(default: $AWS_ENDPOINT_URL_S3, else AWS S3)")
+
+
+def open_store_flag(location: str, flag: str, *, keep: int = 5, endpoint: str | None = None,
+                    must_exist: bool = True) -> Any:
+    """The store a flag names: ``s3://bucket/prefix`` or a directory (which must exist if ``must_exist``)."""
+    import os
     from pathlib import Path
 
     from predictive_scaler.errors import ConfigError
-    from predictive_scaler.forecasting.store import ModelStore
+    from predictive_scaler.forecasting.store import ModelStore, is_object_store_url, open_store
     from predictive_scaler.yaml_input import describe
 
-    if not Path(args.store).is_dir():
-        what = describe(args.store)
+    if is_object_store_url(location):
+        if endpoint:
+            # The SDK's own variable: worker processes inherit it, and no credential travels in a flag.
+            os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
+        return open_store(location, keep=keep)
+    if must_exist and not Path(location).is_dir():
+        what = describe(location)
         problem = "no such directory" if what is None else f"is {what}, not a directory"
-        raise ConfigError(f"--store {args.store}: {problem}; give the directory `train --out` wrote to",
-                          field="store")
-    return ModelStore(args.store)
+        raise ConfigError(f"{flag} {location}: {problem}; give the directory (or s3:// URL) `train --out` wrote to",
+                          field=flag.lstrip("-").replace("-", "_"))
+    return ModelStore(location, keep=keep)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    return open_store_flag(args.store, "--store", endpoint=getattr(args, "s3_endpoint_url", None))
 
 
 def _summary(manifest: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from predictive_scaler.commands._flags import add_command
+from predictive_scaler.commands._flags import add_command, add_prometheus_auth_flags
 
 if TYPE_CHECKING:
     from predictive_scaler.kube.client import KubeCluster
@@ -35,7 +35,9 @@ def register(subparsers: Any) -> None:
                    default=os.environ.get("PREDICTIVE_SCALER_PROMETHEUS_URL"),
                    help="Prometheus URL (default: $PREDICTIVE_SCALER_PROMETHEUS_URL)")
     p.add_argument("--store", default=os.environ.get("PREDICTIVE_SCALER_MODEL_STORE"),
-                   help="model store directory (default: $PREDICTIVE_SCALER_MODEL_STORE)")
+                   help="model store: a directory or s3://bucket/prefix (default: $PREDICTIVE_SCALER_MODEL_STORE)")
+    p.add_argument("--s3-endpoint-url", help="endpoint of an S3-compatible object store for an s3:// --store "
+                                             "(default: $AWS_ENDPOINT_URL_S3, else AWS S3)")
     p.add_argument("--shard-index", type=int, help="this pod's shard (default: $JOB_COMPLETION_INDEX, else 0)")
     p.add_argument("--shard-count", type=int, help="number of shards (default: $JOB_COMPLETIONS, else 1)")
     p.add_argument("--processes", type=int, default=1, help="worker processes in this pod (default 1)")
@@ -49,6 +51,7 @@ def register(subparsers: Any) -> None:
                    help="largest share of missing steps accepted (default 0.2)")
     p.add_argument("--keep", type=int, default=5, help="versions kept per model (default 5)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per Prometheus request (default 30)")
+    add_prometheus_auth_flags(p)
     p.add_argument("--no-status", action="store_true", help="in-cluster: do not write status.retrain")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
     p.set_defaults(func=run)
@@ -62,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     import logging
     from datetime import UTC, datetime
-    from pathlib import Path
 
-    from predictive_scaler.commands._flags import check_output, parse_time_flag
+    from predictive_scaler.commands._flags import check_output, parse_time_flag, prometheus_auth
+    from predictive_scaler.commands.models import open_store_flag
     from predictive_scaler.errors import ClusterError, ConfigError
-    from predictive_scaler.forecasting.store import ModelStore
+    from predictive_scaler.forecasting.store import is_object_store_url
     from predictive_scaler.retrain.history import PrometheusHistory
     from predictive_scaler.retrain.job import run_retrain
     from predictive_scaler.retrain.outcome import ScalerOutcome
@@ -79,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
                           "PREDICTIVE_SCALER_PROMETHEUS_URL", field="prometheus")
     if not args.store:
         raise ConfigError("no model store: pass --store DIR or set PREDICTIVE_SCALER_MODEL_STORE", field="store")
-    check_output("--store", args.store, directory=True)  # before any history is pulled
+    if not is_object_store_url(args.store):
+        check_output("--store", args.store, directory=True)  # before any history is pulled
     settings = _settings(args)
+    auth = prometheus_auth(args, os.environ)
     now = datetime.now(UTC)
     if args.now:
         now = parse_time_flag("--now", args.now).to_pydatetime()
@@ -99,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         except ClusterError as exc:  # the store has the record; the status is a courtesy
             log.warning("could not write the retrain status of %s: %s", outcome.key, exc)
 
-    source = PrometheusSource(args.prometheus, timeout=args.timeout, timeout_setting="--timeout")
-    store = ModelStore(Path(args.store), keep=settings.keep)
+    source = PrometheusSource(args.prometheus, timeout=args.timeout, timeout_setting="--timeout", auth=auth)
+    store = open_store_flag(args.store, "--store", keep=settings.keep, endpoint=args.s3_endpoint_url,
+                            must_exist=False)
     report = run_retrain(targets, history=PrometheusHistory(source), store=store, settings=settings, now=now,
                          run_id=args.run_id, processes=args.processes, shard_index=index, shard_count=count,
                          on_outcome=write_status)
@@ -163,6 +169,11 @@ def _print_report(report: Any) -> None:
             c = o.capacity
             print(f"  {'':<40} capacity: {c['requests_per_replica']:.3g} req/s per replica at "
                   f"{c['utilization_target']:.0%} (90% interval {c['low']:.3g}–{c['high']:.3g})")
+        if o.learned_capacity:
+            lc = o.learned_capacity
+            high = "∞" if lc.get("high") is None else f"{lc['high']:.4g}"  # a lower bound's interval is open
+            print(f"  {'':<40} learned capacity at {lc['slo']}: {lc['kind']} {lc['value']:.4g} {lc['unit']} per "
+                  f"replica (interval {lc['low']:.4g}–{high})")
         if o.idle_gpus:
             i = o.idle_gpus
             cost = "" if i["cost_per_day"] is None else f", {i['cost_per_day']:.2f} {i['currency']}/day"

@@ -18,7 +18,9 @@ from predictive_scaler.commands._flags import DEFAULT_MODELS, add_command, add_t
 def register(subparsers: Any) -> None:
     p = add_command(subparsers, __doc__)
     p.add_argument("--trace", required=True, help="timestamp,value CSV or Parquet file")
-    p.add_argument("--out", required=True, help="model store directory (created if missing)")
+    p.add_argument("--out", required=True, help="model store: a directory (created if missing) or s3://bucket/prefix")
+    p.add_argument("--s3-endpoint-url", help="endpoint of an S3-compatible object store for an s3:// --out "
+                                             "(default: $AWS_ENDPOINT_URL_S3, else AWS S3)")
     p.add_argument("--name", help="model name in the store (default: the trace's file name without extension)")
     p.add_argument("--series", help="series the model is for, checked when it is loaded (default: --name)")
     p.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated candidate kinds (default {DEFAULT_MODELS})")
@@ -39,11 +41,17 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from predictive_scaler.commands._flags import check_output, max_missing, positive_duration
+    from predictive_scaler.commands.models import open_store_flag
     from predictive_scaler.errors import ConfigError, DataError
     from predictive_scaler.forecasting.evaluation import EvaluationSettings, model_series
     from predictive_scaler.forecasting.registry import parse_kinds
     from predictive_scaler.forecasting.selection import planned_training_fits, train_model
-    from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
+    from predictive_scaler.forecasting.store import (
+        ModelStore,
+        TrainingWindow,
+        check_model_name,
+        is_object_store_url,
+    )
     from predictive_scaler.series import format_duration, load_trace, parse_duration
 
     kinds = parse_kinds(args.models)
@@ -54,11 +62,12 @@ def run(args: argparse.Namespace) -> int:
     min_history = positive_duration("--min-history", args.min_history)
     name = args.name or Path(args.trace).stem
     series_name = args.series or name
-    check_output("--out", args.out, directory=True)  # before the expensive training run
-    store = ModelStore(args.out, keep=args.keep)
-    store.version_dir(name, "check")  # validates the name before an expensive training run
+    if not is_object_store_url(args.out):
+        check_output("--out", args.out, directory=True)  # before the expensive training run
+    store = open_store_flag(args.out, "--out", keep=args.keep, endpoint=args.s3_endpoint_url, must_exist=False)
+    check_model_name(name)  # validates the name before an expensive training run
     try:
-        store.version_dir(series_name, "check")  # the series name follows the same rules
+        check_model_name(series_name, what="series")  # the series name follows the same rules
     except ConfigError as exc:
         raise ConfigError(f"--series: {exc}", field="series") from exc
     series = load_trace(args.trace, value_kind=args.value_kind, min_history=min_history, name=series_name,
@@ -83,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         cells = ", ".join(f"{k} {_fmt(v)}" for k, v in row.items())
         print(f"  {label}: {cells}")
     state = "serving" if not args.no_serve else "published, not serving"
-    print(f"version {version} ({state}) in {store.version_dir(name, version)}")
+    where = store.version_dir(name, version) if isinstance(store, ModelStore) else f"{store.location}/{name}"
+    print(f"version {version} ({state}) in {where}")
     return 0
 
 

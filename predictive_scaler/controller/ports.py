@@ -21,6 +21,7 @@ own facades, so the fake API server and a real cluster exercise the same code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -29,9 +30,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from predictive_scaler.core.values import DemandSample, Forecast
-from predictive_scaler.errors import ConfigError, ModelError, SourceError
+from predictive_scaler.errors import ConfigError, DataError, ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel
-from predictive_scaler.forecasting.store import MODEL_FILE, LoadedModel, ModelStore
+from predictive_scaler.forecasting.store import (
+    MODEL_FILE,
+    LoadedModel,
+    ModelStorage,
+    ModelStore,
+    check_model_name,
+)
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.autoscalers import ConflictingAutoscaler
 from predictive_scaler.kube.cache import HPAS, NODES, PODS, SCALED_OBJECTS, ClusterCache
@@ -39,9 +46,10 @@ from predictive_scaler.kube.client import KubeCluster
 from predictive_scaler.kube.placeholders import PlaceholderInfo, PlaceholderSpec
 from predictive_scaler.kube.workloads import ScaleInfo, WorkloadRef
 from predictive_scaler.policy.planner import ClusterState, Decision
+from predictive_scaler.policy.saturation import ServingHistory
 from predictive_scaler.series import Series
 from predictive_scaler.sources import dcgm
-from predictive_scaler.sources.demand import demand_history
+from predictive_scaler.sources.demand import demand_history, pull_serving, serving_queries
 from predictive_scaler.sources.history import PrometheusMetrics
 from predictive_scaler.sources.prometheus import PrometheusSource
 from predictive_scaler.spec import MAX_RECENT_WINDOW_SECONDS, ScalerSpec, Toleration
@@ -113,6 +121,8 @@ class KubeClusterPort:
             gpus_per_pod=self.spec.gpus_per_replica, priority_class=prewarm.priority_class_name,
             image=prewarm.image or manifests.PLACEHOLDER_IMAGE, node_selector=dict(prewarm.node_selector),
             tolerations=[toleration_dict(t) for t in prewarm.tolerations],
+            affinity=self.spec.to_dict()["prewarm"].get("affinity"), node_pool=prewarm.node_pool,
+            do_not_disrupt=prewarm.do_not_disrupt,
         )
 
     def conflicts(self) -> tuple[ConflictingAutoscaler, ...]:
@@ -228,7 +238,7 @@ class StoreModelPort:
     changed. The loaded model is a cache; the store is the record.
     """
 
-    def __init__(self, store: ModelStore, name: str, *, horizon_seconds: int, quantile: float,
+    def __init__(self, store: ModelStorage, name: str, *, horizon_seconds: int, quantile: float,
                  pinned_version: str | None = None, expected_series: str | None = None) -> None:
         self.store = store
         self.name = name
@@ -307,16 +317,21 @@ class StoreModelPort:
 
     def _wanted(self) -> tuple[str, str]:
         if self.pinned_version is not None:
-            self.store.version_dir(self.name, self.pinned_version)  # validates the name
+            check_model_name(self.pinned_version, what="pinned version")
             return self.pinned_version, ""
         pointer = self.store.pointer(self.name)
         if pointer is None:
-            raise ModelError(f"model {self.name!r} has no serving version in {self.store.root}; train one with "
-                             f"`predictive-scaler train --out {self.store.root} --name {self.name}` (the scaler "
+            where = self.store.location
+            raise ModelError(f"model {self.name!r} has no serving version in {where}; train one with "
+                             f"`predictive-scaler train --out {where} --name {self.name}` (the scaler "
                              "scales reactively until then)")
         return pointer.version, pointer.sha256
 
     def _file_key(self, version: str) -> tuple[int, int]:
+        if not isinstance(self.store, ModelStore):
+            # An object store's versions are written once and never rewritten (conditional creates):
+            # the version and the sha256 the pointer names say all there is to say.
+            return (0, 0)
         path = self.store.version_dir(self.name, version) / MODEL_FILE
         try:
             st = os.stat(path)
@@ -343,8 +358,12 @@ class StoreModelPort:
 class PrometheusMetricsPort:
     """MetricsPort for one scaler: its demand query (or the DCGM busy-GPU sum) on Prometheus."""
 
-    def __init__(self, metrics: PrometheusMetrics) -> None:
+    def __init__(self, metrics: PrometheusMetrics, *, source: PrometheusSource | None = None,
+                 spec: ScalerSpec | None = None, namespace: str | None = None,
+                 labels: dcgm.DcgmLabels = dcgm.DEFAULT_LABELS) -> None:
         self.metrics = metrics
+        self.source, self.spec, self.namespace, self.labels = source, spec, namespace, labels
+        self._serving: tuple[tuple[int, timedelta], ServingHistory] | None = None
 
     @classmethod
     def for_spec(cls, source: PrometheusSource, spec: ScalerSpec, namespace: str,
@@ -352,7 +371,35 @@ class PrometheusMetricsPort:
         # The one definition of the scaler's demand history, shared with the retraining job.
         history = demand_history(spec, namespace, labels)
         return cls(PrometheusMetrics(source, history.query, max_age=history.max_age,
-                                     freshness_query=history.freshness_query, name=history.name))
+                                     freshness_query=history.freshness_query, name=history.name),
+                   source=source, spec=spec, namespace=namespace, labels=labels)
+
+    def serving_history(self, now: datetime, window: timedelta) -> ServingHistory:
+        """The workload's served rate, GPUs, mean GPU utilisation and mean latency over ``(now - window, now]``
+        on the model grid (the serving queries of ``sources/demand.py`` and DCGM's GPUs), pulled once per model
+        step: the check it feeds changes no faster than that. SourceError when it cannot be had."""
+        if self.source is None or self.spec is None or self.namespace is None:
+            raise SourceError("no serving history: this metrics port was built without its spec")
+        spec = self.spec
+        if serving_queries(spec, self.namespace, self.labels) is None:
+            raise SourceError("no serving history: set demand.preset, or demand.servedQuery and latencyQuery")
+        step = spec.model.step_seconds
+        key = (int(now.timestamp()) // step, window)
+        if self._serving is not None and self._serving[0] == key:
+            return self._serving[1]
+        try:
+            got = pull_serving(self.source, spec, self.namespace, now - window, now, labels=self.labels,
+                               step_seconds=step)
+        except (ConfigError, DataError) as exc:
+            raise SourceError(f"serving history unavailable ({exc})") from exc
+        if got.gpu_util is None:
+            raise SourceError("serving history unavailable: DCGM reported no GPU utilisation for the workload")
+        gpus = got.replicas.values * spec.gpus_per_replica
+        history = ServingHistory(
+            throughput=dataclasses.replace(got.served, values=got.served.values * got.replicas.values),
+            gpus=dataclasses.replace(got.replicas, values=gpus), utilisation=got.gpu_util, latency=got.mean_latency)
+        self._serving = (key, history)
+        return history
 
     def demand_now(self, now: datetime) -> DemandSample:
         sample = self.metrics.demand_now(now)

@@ -14,13 +14,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
 from predictive_scaler.clock import SystemClock
 from predictive_scaler.controller.settings import ControllerSettings
+
+if TYPE_CHECKING:
+    from predictive_scaler.clock import Clock
+    from predictive_scaler.sources.prometheus import PrometheusSource
 
 log = logging.getLogger("predictive_scaler.controller")
 
@@ -115,11 +119,10 @@ def run_controller(settings: ControllerSettings) -> int:
     from predictive_scaler.controller.lifecycle import Shutdown
     from predictive_scaler.controller.service import ControllerService
     from predictive_scaler.controller.telemetry import Telemetry, TelemetryServer
-    from predictive_scaler.forecasting.store import ModelStore
+    from predictive_scaler.forecasting.store import open_store
     from predictive_scaler.kube.cache import ClusterCache
     from predictive_scaler.kube.client import KubeCluster
     from predictive_scaler.kube.kubeconfig import api_client_from_environment
-    from predictive_scaler.sources.prometheus import PrometheusSource
 
     if settings.kubeconfig:
         # kopf's own login reads $KUBECONFIG; our adapter gets the same file explicitly.
@@ -132,8 +135,7 @@ def run_controller(settings: ControllerSettings) -> int:
     shutdown = Shutdown(activity)
     kube = KubeCluster(activity.wrap(api_client_from_environment(settings.kubeconfig)), clock=clock,
                        sleep=activity.sleep(shutdown.sleep), dry_run=settings.dry_run)
-    source = PrometheusSource(settings.prometheus_url, timeout=settings.prometheus_timeout_seconds, clock=clock,
-                              sleep=shutdown.sleep)
+    source = prometheus_source(settings, clock=clock, sleep=shutdown.sleep)
     telemetry = Telemetry()
     assert settings.liveness_timeout_seconds is not None
     loop = LoopMonitor(settings.liveness_timeout_seconds, scalers=lambda: telemetry.scalers)
@@ -149,7 +151,7 @@ def run_controller(settings: ControllerSettings) -> int:
         shards = ShardMembership(kube, os.environ.get("POD_NAMESPACE") or CONTROLLER_NAMESPACE, settings.shard_index,
                                  settings.shard_count, os.environ.get("HOSTNAME") or f"pid-{os.getpid()}",
                                  clock=time.time)
-    service = ControllerService(settings, kube, source, ModelStore(settings.model_store), clock, telemetry=telemetry,
+    service = ControllerService(settings, kube, source, open_store(settings.model_store), clock, telemetry=telemetry,
                                 api_activity=activity, loop=loop, shutdown=shutdown, cache=cache, shards=shards)
     registry, _ = build_registry(service)
     probe_timeout = min(5.0, settings.readiness_timeout_seconds)
@@ -174,9 +176,11 @@ def run_controller(settings: ControllerSettings) -> int:
         components.insert(1, keda)
     log.info("controller starting", extra={
         "namespace": settings.namespace or "*", "dry_run": settings.dry_run, "interval_s": settings.interval_seconds,
-        "prometheus": source.shown, "model_store": str(settings.model_store),
+        "prometheus": source.shown, "prometheus_auth": settings.prometheus_auth.describe(),
+        "model_store": str(settings.model_store),
         "cluster_budget_gpus": settings.cluster_budget.max_gpus,
         "cluster_budget_cost_per_hour": settings.cluster_budget.max_cost_per_hour,
+        "team_label": settings.team_label,
         "liveness_timeout_s": settings.liveness_timeout_seconds,
         "readiness_timeout_s": settings.readiness_timeout_seconds,
         "ports": ",".join(map(str, server.ports))})
@@ -185,6 +189,14 @@ def run_controller(settings: ControllerSettings) -> int:
         code = 1
     _exit(code)
     return code
+
+
+def prometheus_source(settings: ControllerSettings, *, clock: Clock, sleep: Callable[[float], None]) -> PrometheusSource:
+    """The controller's Prometheus: its URL, timeout and credentials (``settings.prometheus_auth``)."""
+    from predictive_scaler.sources.prometheus import PrometheusSource
+
+    return PrometheusSource(settings.prometheus_url, timeout=settings.prometheus_timeout_seconds, clock=clock,
+                            sleep=sleep, auth=settings.prometheus_auth)
 
 
 class Component(Protocol):

@@ -56,22 +56,35 @@ from predictive_scaler.controller.status import (
     API_EVENT,
     DEMAND_SIGNAL,
     ApiReport,
+    CapacityInUse,
     Extra,
+    WasteKind,
     api_conditions_patch,
+    capacity_in_use,
+    planned_spec,
     reconciled_status,
     refused_status,
+    waste_report,
 )
 from predictive_scaler.controller.telemetry import Telemetry
 from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.crd import PAUSE_ANNOTATION
-from predictive_scaler.errors import ClusterError, ConfigError, NotFoundError, ShuttingDown
-from predictive_scaler.forecasting.store import ModelStore
+from predictive_scaler.errors import (
+    ClusterError,
+    ConfigError,
+    DataError,
+    NotFoundError,
+    ShuttingDown,
+    SourceError,
+)
+from predictive_scaler.forecasting.store import ModelStorage
 from predictive_scaler.keda.answer import STATUS_FIELD as KEDA_STATUS
 from predictive_scaler.keda.answer import answer_for
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.ownership import foreign
 from predictive_scaler.kube.cache import ClusterCache
 from predictive_scaler.kube.client import KubeCluster
+from predictive_scaler.kube.scalers import NAMESPACE_LABELS_TTL
 from predictive_scaler.policy import explain
 from predictive_scaler.policy.explain import Event, Held
 from predictive_scaler.policy.reasons import Limit
@@ -118,6 +131,11 @@ class ScalerRuntime:
     api_failed_kinds: tuple[str, ...] = ()
     #: The failing call of this reconcile was the status write itself (no point trying it again).
     status_write_failed: bool = False
+    #: (kind, name) of the other autoscalers on the target at the last reconcile: in forecast-only, the live
+    #: autoscaler whose decisions the shadow metrics set beside this scaler's (docs/shadow.md).
+    live: tuple[tuple[str, str], ...] = ()
+    #: The capacity per replica planned on this reconcile (from the status: a restart changes nothing).
+    capacity: CapacityInUse | None = None
 
     def api_report(self, retries: ApiTally) -> ApiReport:
         return ApiReport(self.api_retries + retries, self.api_failed, self.api_failing_since, self.api_last_error,
@@ -183,7 +201,7 @@ def is_paused(annotations: Mapping[str, str] | None) -> bool:
 
 class ControllerService:
     def __init__(self, settings: ControllerSettings, kube: KubeCluster, source: PrometheusSource,
-                 store: ModelStore, clock: Clock, *, telemetry: Telemetry | None = None,
+                 store: ModelStorage, clock: Clock, *, telemetry: Telemetry | None = None,
                  budget: ClusterBudget | None = None,
                  metrics_factory: Callable[[ScalerSpec, ScalerRef], MetricsPort] | None = None,
                  api_activity: ApiActivity | None = None, loop: LoopMonitor | None = None,
@@ -213,6 +231,9 @@ class ControllerService:
                                if shards is not None and shards.count > 1 else None)
         if self.sharded_budget is not None:
             self.budget.limits = self.sharded_budget.limits_now()
+        #: FinOps team per namespace (``settings.team_label``'s value), and when its last read failed.
+        self._teams: dict[str, str] = {}
+        self._team_failed: dict[str, float] = {}
         self._runtimes: dict[str, ScalerRuntime] = {}
         self._lock = threading.Lock()
         #: The latest decision of each scaler in mode keda, for the KEDA gRPC server (keda/server.py).
@@ -306,6 +327,9 @@ class ControllerService:
         parsed = self._gate_spec(period, spec)
         if isinstance(parsed, Refusal):
             return self._refuse(period, parsed)
+        # From here on the spec carries the capacity per replica in use (capacity.learned: serve).
+        runtime.capacity = capacity_in_use(parsed, previous, now)
+        parsed = planned_spec(parsed, runtime.capacity)
         cluster = KubeClusterPort(self.kube, ref, parsed, self.cache)
         conflicts = self._gate_conflicts(period, parsed, cluster)
         if isinstance(conflicts, Refusal):
@@ -346,6 +370,7 @@ class ControllerService:
             raise
         if parsed.mode == "keda":  # the ScaledObject using this scaler, and its HPA, are how it acts
             found = foreign(found, ref.name)
+        period.runtime.live = tuple((c.kind, c.name) for c in found)
         conflicts = tuple(c.describe() for c in found)
         if not conflicts or parsed.mode == "forecast-only":
             return conflicts
@@ -412,9 +437,15 @@ class ControllerService:
         extra = Extra(conflicts=conflicts, budget_gpus=budget_gpus, budget_cost_per_hour=budget_cost,
                       model_warning=model.problem if model.version else None,
                       savings=_savings(result, parsed) if parsed.mode == "forecast-only" else None, api=api,
-                      demand_signal=runtime.guard.last if runtime.guard is not None else None)
+                      demand_signal=runtime.guard.last if runtime.guard is not None else None,
+                      capacity=runtime.capacity, waste=self._waste(period, parsed),
+                      currency=parsed.prewarm.budget.currency)
         body = reconciled_status(result, parsed, extra, period.previous, period.now, period.generation)
         events = [*self._actions(parsed, cluster, result), *self._step_events(model, parsed, cluster, stepped, api)]
+        before = period.previous.get("capacity")
+        held = _float(before.get("serving")) if isinstance(before, Mapping) else parsed.capacity_per_replica
+        if runtime.capacity is not None and runtime.capacity.source == "learned" and runtime.capacity.serving != held:
+            events.append(Event("Normal", "CapacityLearned", runtime.capacity.reason))
         if runtime.guard is not None and runtime.guard.last is not None and runtime.guard.last.fired:
             events.append(Event("Warning", DEMAND_SIGNAL, runtime.guard.last.message))
         if parsed.mode == "keda":
@@ -432,7 +463,22 @@ class ControllerService:
         self._api_after_status(ref, runtime)
         self._record(period, parsed, stepped, budget_gpus, guarded=runtime.guard is not None
                      and runtime.guard.last is not None and runtime.guard.last.fired)
+        self.telemetry.capacity_and_waste(ref.namespace, ref.name, runtime.capacity, extra.waste,
+                                          parsed.prewarm.budget.currency)
         return Outcome(body, result)
+
+    def _waste(self, period: Period, parsed: ScalerSpec) -> tuple[WasteKind, ...]:
+        """The waste kinds this reconcile has evidence for: the guard's serving history (the port caches it
+        per model step, so this is no second pull) and the retraining job's idle-GPU report."""
+        guard, history = period.runtime.guard, None
+        if guard is not None and guard.last is not None and guard.last.verdict != "unknown":
+            try:
+                history = guard.history.serving_history(period.now, guard.window)
+            except (SourceError, DataError):
+                history = None  # the check said it had one a moment ago; without it, fewer kinds
+        budget = parsed.prewarm.budget
+        return waste_report(history, period.previous, price_per_gpu_hour=budget.price_per_gpu_hour,
+                            currency=budget.currency)
 
     @staticmethod
     def _actions(parsed: ScalerSpec, cluster: KubeClusterPort, result: ReconcileResult) -> tuple[Event, ...]:
@@ -479,11 +525,33 @@ class ControllerService:
         if self.cache is not None:
             self.telemetry.cache_staleness(self.cache.stale_for())
         self.telemetry.record(ref.namespace, ref.name, parsed, result, budget_gpus, stepped.reservation.allowed_gpus,
-                              time.perf_counter() - period.started, self.settings.interval_seconds)
+                              time.perf_counter() - period.started, self.settings.interval_seconds,
+                              live=period.runtime.live, team=self._team(ref.namespace, period.now_s))
         log.info("reconciled", extra={"scaler": ref.describe(), "strategy": result.decision.strategy,
                                       "desired": result.decision.desired_replicas,
                                       "placeholder_gpus": result.decision.placeholder_gpus,
                                       "applied": result.applied, "model_version": result.model_version})
+
+    def _team(self, namespace: str, now_s: float) -> str:
+        """The value of the namespace label ``settings.team_label`` ("" when unset or absent): the FinOps
+        metrics' team. The adapter caches the labels (NAMESPACE_LABELS_TTL); a failed read keeps the last
+        value known, is logged, and is not tried again for as long. It never fails the reconcile."""
+        label = self.settings.team_label
+        if not label:
+            return ""
+        failed = self._team_failed.get(namespace)
+        if failed is not None and now_s - failed < NAMESPACE_LABELS_TTL:
+            return self._teams.get(namespace, "")
+        try:
+            team = self.kube.namespace_labels(namespace).get(label, "")
+        except ClusterError as exc:
+            self._team_failed[namespace] = now_s
+            log.warning("cannot read the team label of namespace %s (%s): FinOps metrics keep team=%r; grant the "
+                        "controller get on namespaces", namespace, exc, self._teams.get(namespace, ""))
+            return self._teams.get(namespace, "")
+        self._team_failed.pop(namespace, None)
+        self._teams[namespace] = team
+        return team
 
     # -- pieces ---------------------------------------------------------------------------------
     def _reconciler(self, runtime: ScalerRuntime, spec: ScalerSpec, ref: ScalerRef,

@@ -8,12 +8,15 @@ problem raises :class:`ConfigError` naming the setting and what to write instead
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from predictive_scaler.errors import ConfigError
+from predictive_scaler.forecasting.store import is_object_store_url
 from predictive_scaler.sources.prometheus import redact_url
+from predictive_scaler.sources.prometheus_auth import PrometheusAuth
 
 ENV_PREFIX = "PREDICTIVE_SCALER_"
 #: Environment variables read by :meth:`ControllerSettings.from_env` (configmap names).
@@ -36,6 +39,11 @@ ENV_READINESS_TIMEOUT = ENV_PREFIX + "READINESS_TIMEOUT"
 #: Sharding (controller/shards.py): the replica count; the index is the StatefulSet ordinal of $HOSTNAME.
 ENV_SHARD_COUNT = ENV_PREFIX + "SHARD_COUNT"
 ENV_SHARD_INDEX = ENV_PREFIX + "SHARD_INDEX"
+#: FinOps (docs/finops.md): the namespace label whose value is the ``team`` label of the cost metrics.
+ENV_TEAM_LABEL = ENV_PREFIX + "TEAM_LABEL"
+#: A label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,8 @@ class ControllerSettings:
     - ``kubeconfig``: a kubeconfig file; None uses the in-cluster ServiceAccount.
     - ``cluster_budget``: the cluster-wide speculative cap (see :class:`ClusterBudgetLimits`).
     - ``prometheus_timeout_seconds``: one Prometheus HTTP call. Default 10.
+    - ``prometheus_auth``: credentials, CA, client certificate and headers for Prometheus
+      (``PREDICTIVE_SCALER_PROMETHEUS_*_FILE`` …, see :class:`PrometheusAuth`). Default: none.
     - ``liveness_timeout_seconds`` (``PREDICTIVE_SCALER_LIVENESS_TIMEOUT``): /healthz fails once
       the reconcile loop has not run for this long — a reconcile running longer, or none
       returning while scalers exist (a wedged process must restart). Default 5 × interval.
@@ -95,10 +105,13 @@ class ControllerSettings:
     - ``shard_count`` / ``shard_index`` (``PREDICTIVE_SCALER_SHARD_COUNT``; the index from
       ``PREDICTIVE_SCALER_SHARD_INDEX`` or the StatefulSet ordinal ending ``$HOSTNAME``): this replica
       reconciles only its shard of the scalers, fenced by a Lease (controller/shards.py). Default 1 / 0.
+    - ``team_label`` (``--team-label``, ``PREDICTIVE_SCALER_TEAM_LABEL``): the namespace label whose value
+      becomes the ``team`` label of the FinOps metrics (the namespace is read at most once per 10 minutes;
+      needs ``get`` on namespaces). None: ``team`` is empty.
     """
 
     prometheus_url: str
-    model_store: Path
+    model_store: Path | str
     namespace: str | None = None
     interval_seconds: float = 60.0
     dry_run: bool = False
@@ -108,6 +121,7 @@ class ControllerSettings:
     kubeconfig: str | None = None
     cluster_budget: ClusterBudgetLimits = ClusterBudgetLimits()
     prometheus_timeout_seconds: float = 10.0
+    prometheus_auth: PrometheusAuth = PrometheusAuth()
     liveness_timeout_seconds: float | None = None
     readiness_timeout_seconds: float = 60.0
     keda_port: int | None = DEFAULT_KEDA_PORT
@@ -117,6 +131,7 @@ class ControllerSettings:
     keda_only: bool = False
     shard_count: int = 1
     shard_index: int = 0
+    team_label: str | None = None
 
     def __post_init__(self) -> None:
         if (isinstance(self.shard_count, bool) or not isinstance(self.shard_count, int) or self.shard_count < 1
@@ -129,25 +144,16 @@ class ControllerSettings:
                               "https://, e.g. "
                               "http://prometheus-operated.monitoring.svc:9090; pass --prometheus-url",
                               field="prometheusUrl")
-        object.__setattr__(self, "model_store", Path(self.model_store))
+        if not is_object_store_url(self.model_store):  # an s3:// URL stays text: a Path would fold its "//"
+            object.__setattr__(self, "model_store", Path(self.model_store))
         if not (isinstance(self.interval_seconds, int | float) and math.isfinite(self.interval_seconds)
                 and 5 <= self.interval_seconds <= 600):
             raise ConfigError(f"reconcile interval {self.interval_seconds!r} s is outside 5–600 s; the default "
                               "is 60", field="interval")
-        for name in ("metrics_port", "health_port", "keda_port"):
-            port = getattr(self, name)
-            if port is None and name in ("health_port", "keda_port"):
-                continue
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                raise ConfigError(f"{name.replace('_', '-')} {port!r} is not a TCP port (0–65535; 0 picks a "
-                                  "free one)", field=name)
-        if bool(self.keda_tls_cert) != bool(self.keda_tls_key) or (self.keda_tls_client_ca and not self.keda_tls_cert):
-            raise ConfigError(f"KEDA TLS needs a certificate and its key ({ENV_KEDA_TLS_CERT}, {ENV_KEDA_TLS_KEY}); "
-                              f"{ENV_KEDA_TLS_CLIENT_CA} (mTLS) needs both too", field="kedaTls")
-        if self.keda_only and self.keda_port is None:
-            raise ConfigError(f"{ENV_KEDA_ONLY} serves only KEDA's API, but {ENV_KEDA_PORT} is off", field=ENV_KEDA_ONLY)
+        self._check_serving()
         if self.namespace is not None and not self.namespace.strip():
             raise ConfigError("namespace is empty; omit --namespace to watch every namespace", field="namespace")
+        _check_team_label(self.team_label)
         if not (self.prometheus_timeout_seconds > 0 and math.isfinite(self.prometheus_timeout_seconds)):
             raise ConfigError("Prometheus timeout must be a positive number of seconds",
                               field="prometheusTimeout")
@@ -160,6 +166,21 @@ class ControllerSettings:
                                                and 1 <= value <= 86400):
                 raise ConfigError(f"{env}={value!r} is not a number of seconds in 1–86400; e.g. 300 for "
                                   "liveness, 60 for readiness", field=env)
+
+    def _check_serving(self) -> None:
+        """The ports the process listens on, and KEDA's TLS."""
+        for name in ("metrics_port", "health_port", "keda_port"):
+            port = getattr(self, name)
+            if port is None and name in ("health_port", "keda_port"):
+                continue
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ConfigError(f"{name.replace('_', '-')} {port!r} is not a TCP port (0–65535; 0 picks a "
+                                  "free one)", field=name)
+        if bool(self.keda_tls_cert) != bool(self.keda_tls_key) or (self.keda_tls_client_ca and not self.keda_tls_cert):
+            raise ConfigError(f"KEDA TLS needs a certificate and its key ({ENV_KEDA_TLS_CERT}, {ENV_KEDA_TLS_KEY}); "
+                              f"{ENV_KEDA_TLS_CLIENT_CA} (mTLS) needs both too", field="kedaTls")
+        if self.keda_only and self.keda_port is None:
+            raise ConfigError(f"{ENV_KEDA_ONLY} serves only KEDA's API, but {ENV_KEDA_PORT} is off", field=ENV_KEDA_ONLY)
 
     @property
     def probe_interval_seconds(self) -> float:
@@ -184,7 +205,7 @@ class ControllerSettings:
         if keda:
             values["keda_port"] = None if keda.lower() == "off" else _port(keda, ENV_KEDA_PORT)
         for env, key in ((ENV_KEDA_TLS_CERT, "keda_tls_cert"), (ENV_KEDA_TLS_KEY, "keda_tls_key"),
-                         (ENV_KEDA_TLS_CLIENT_CA, "keda_tls_client_ca")):
+                         (ENV_KEDA_TLS_CLIENT_CA, "keda_tls_client_ca"), (ENV_TEAM_LABEL, "team_label")):
             if environ.get(env, "").strip():
                 values[key] = environ[env].strip()
         only = environ.get(ENV_KEDA_ONLY, "").strip().lower()
@@ -206,12 +227,20 @@ class ControllerSettings:
             if environ.get(env, "").strip():
                 values[key] = _number(environ[env].strip(), env)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        # From the environment unless given: the flags' PrometheusAuth already holds the environment's.
+        values.setdefault("prometheus_auth", PrometheusAuth.from_env(environ))
         if "prometheus_url" not in values:
             raise ConfigError(f"no Prometheus URL: pass --prometheus-url or set {ENV_PROMETHEUS_URL}",
                               field="prometheusUrl")
         if "model_store" not in values:
             raise ConfigError(f"no model store: pass --model-store or set {ENV_MODEL_STORE}", field="modelStore")
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _check_team_label(value: object) -> None:
+    if value is not None and (not isinstance(value, str) or len(value) > 253 or not _LABEL_KEY.match(value)):
+        raise ConfigError(f"team label {value!r} is not a Kubernetes label key; give e.g. team or "
+                          f"example.com/team ({ENV_TEAM_LABEL}, --team-label)", field="teamLabel")
 
 
 def _number(text: str, name: str) -> float:

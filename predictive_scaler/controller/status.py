@@ -9,17 +9,21 @@ would be pruned by the API server.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from predictive_scaler import waste
 from predictive_scaler.controller.api_activity import MISSING_API, RETRY_KINDS, ApiTally
+from predictive_scaler.errors import DataError
 from predictive_scaler.policy.explain import Condition
-from predictive_scaler.policy.saturation import SignalCheck
+from predictive_scaler.policy.saturation import ServingHistory, SignalCheck
 from predictive_scaler.reconcile import ReconcileResult
-from predictive_scaler.spec import ScalerSpec
+from predictive_scaler.retrain.outcome import serve_learned_capacity
+from predictive_scaler.spec import MAX_REQUESTS_PER_REPLICA, MIN_REQUESTS_PER_REPLICA, ScalerSpec
 
 #: Conditions the controller adds beside the reconciler's.
 CONFLICT = "ConflictingAutoscaler"
@@ -145,6 +149,11 @@ class Extra:
     api: ApiReport | None = None
     #: The dcgm-busy-gpus demand-signal check of this reconcile (None: not checked).
     demand_signal: SignalCheck | None = None
+    #: The capacity per replica planned on (None: no capacity.slo, nothing learned to report).
+    capacity: CapacityInUse | None = None
+    #: The GPU waste this reconcile could compute (empty: no evidence for any kind).
+    waste: tuple[WasteKind, ...] = ()
+    currency: str = "USD"
 
 
 def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
@@ -189,6 +198,11 @@ def reconciled_status(result: ReconcileResult, spec: ScalerSpec, extra: Extra,
     }
     if generation is not None:
         status["observedGeneration"] = generation
+    # Written only when there is something to say; a merge patch with null removes an old block.
+    if extra.capacity is not None or "capacity" in (previous or {}):
+        status["capacity"] = extra.capacity.to_status() if extra.capacity is not None else None
+    if extra.waste or "waste" in (previous or {}):
+        status["waste"] = waste_status(extra.waste, extra.currency)
     return status
 
 
@@ -260,3 +274,174 @@ def _merge_conditions(previous: Sequence[Mapping[str, Any]], new: Sequence[Condi
     kept = [Condition(str(c.get("type")), str(c.get("status", "Unknown")), str(c.get("reason", "")),
                       str(c.get("message", ""))) for c in previous if c.get("type") not in replaced]
     return [*new, *kept]
+
+
+# -- the capacity per replica planned on (spec.capacity.learned) ------------------------------------
+
+@dataclass(frozen=True)
+class CapacityInUse:
+    """What one replica is planned to serve, and where it came from; ``status.capacity``."""
+
+    serving: float
+    #: spec.capacity.requestsPerReplica: the start value, and the floor a lower bound cannot go under.
+    configured: float
+    #: The learned value last taken into account (serve) or last seen (report), and its kind.
+    learned: float | None
+    kind: str | None
+    source: str
+    mode: str
+    unit: str
+    since: str
+    reason: str
+
+    def to_status(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"serving": self.serving, "configured": self.configured, "source": self.source,
+                               "learnedMode": self.mode, "unit": self.unit, "since": self.since,
+                               "reason": self.reason[:1024]}
+        if self.learned is not None:
+            doc["learned"], doc["kind"] = self.learned, self.kind
+        return doc
+
+
+def _positive(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f > 0 else None
+
+
+def learned_of(previous: Mapping[str, Any] | None) -> tuple[float, str] | None:
+    """The learned capacity the retraining job reported (``status.retrain.learnedCapacity``), if usable."""
+    retrain = (previous or {}).get("retrain")
+    lc = retrain.get("learnedCapacity") if isinstance(retrain, Mapping) else None
+    if not isinstance(lc, Mapping) or lc.get("kind") not in ("point", "lower-bound"):
+        return None
+    value = _positive(lc.get("perReplica"))
+    return None if value is None else (value, str(lc["kind"]))
+
+
+def capacity_in_use(spec: ScalerSpec, previous: Mapping[str, Any] | None, now: datetime) -> CapacityInUse | None:
+    """The capacity per replica to plan on this reconcile. Pure; None when ``capacity.slo`` is not set.
+
+    ``report`` plans on ``requestsPerReplica`` and only reports what was learned. ``serve`` takes a newly
+    learned value through :func:`serve_learned_capacity` (×2/÷2 from the value in use, a lower bound never
+    under ``requestsPerReplica``) exactly once: the value in use and the learned value it came from are in
+    ``status.capacity``, so neither a restart nor a repeated reconcile moves it again. A changed
+    ``requestsPerReplica`` starts again from it (the user's word on the start value is the newest fact).
+    """
+    floor = spec.capacity.requests_per_replica
+    if spec.capacity.slo is None or floor is None:
+        return None
+    learned = learned_of(previous)
+    prev = (previous or {}).get("capacity")
+    prev = prev if isinstance(prev, Mapping) else {}
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    unit = spec.demand_unit
+    if spec.capacity.learned == "report":
+        kept = prev.get("learnedMode") == "report" and _positive(prev.get("serving")) == floor
+        seen = (f"; learned {learned[1]} {learned[0]:.4g} {unit} is reported only" if learned else
+                "; nothing learned at the SLO yet")
+        return CapacityInUse(floor, floor, learned[0] if learned else None, learned[1] if learned else None,
+                             "configured", "report", unit, str(prev.get("since")) if kept else stamp,
+                             f"capacity.learned is report: planning on requestsPerReplica {floor:g}{seen}")
+    held = _positive(prev.get("serving")) if (prev.get("learnedMode") == "serve"
+                                              and _positive(prev.get("configured")) == floor) else None
+    in_use = held if held is not None else floor
+    since = str(prev.get("since")) if held is not None and prev.get("since") else stamp
+    prev_learned, prev_kind = _positive(prev.get("learned")), prev.get("kind")
+    if learned is None or (held is not None and (prev_learned, prev_kind) == learned):
+        source = "learned" if held is not None and prev_learned is not None else "configured"
+        reason = (str(prev.get("reason")) if held is not None and prev.get("reason") else
+                  f"no capacity learned at the SLO yet (status.retrain.learnedCapacity): planning on "
+                  f"requestsPerReplica {floor:g}")
+        return CapacityInUse(in_use, floor, prev_learned if held is not None else None,
+                             str(prev_kind) if held is not None and prev_kind else None, source, "serve", unit,
+                             since, reason)
+    served, why = serve_learned_capacity(in_use, {"kind": learned[1], "value": learned[0]}, floor)
+    served = min(max(served, MIN_REQUESTS_PER_REPLICA), MAX_REQUESTS_PER_REPLICA)
+    return CapacityInUse(served, floor, learned[0], learned[1], "learned", "serve", unit,
+                         stamp if served != in_use or held is None else since,
+                         f"planning on {served:.4g} {unit} per replica: {why}")
+
+
+def planned_spec(spec: ScalerSpec, capacity: CapacityInUse | None) -> ScalerSpec:
+    """``spec`` with the capacity per replica in use: the planner, the KEDA answer and the metrics read it."""
+    if capacity is None or capacity.serving == spec.capacity.requests_per_replica:
+        return spec
+    return dataclasses.replace(spec, capacity=dataclasses.replace(spec.capacity, requests_per_replica=capacity.serving))
+
+
+# -- GPU waste (predictive_scaler/waste.py) on what the controller already reads ----------------------
+
+#: What each kind needs, and whether the controller has it: the serving history is the one the
+#: dcgm-busy-gpus guard pulls; the idle GPUs are the retraining job's report. The KV-cache kind needs the
+#: cache usage and waiting requests, which the controller does not read, so it is never emitted here.
+WASTE_EVIDENCE: Mapping[str, str] = {
+    "cpu-bound": "the serving history the dcgm-busy-gpus guard reads (served rate, GPUs, utilisation, latency)",
+    "saturated-at-low-load": "the serving history the dcgm-busy-gpus guard reads",
+    "kv-cache-pressure": "KV-cache usage and waiting requests (not read by the controller)",
+    "idle": "status.retrain.idleGpus, from the retraining job's DCGM pull",
+}
+
+
+@dataclass(frozen=True)
+class WasteKind:
+    """One kind of waste, as GPU-hours and cost a day at the rate seen over its evidence window."""
+
+    kind: str
+    fired: bool
+    gpu_hours_per_day: float
+    cost_per_day: float | None
+    observed_hours: float | None
+    message: str
+
+
+def _per_day(found: waste.WasteFinding) -> WasteKind | None:
+    if not found.observed_hours > 0:
+        return None
+    per_day = found.gpu_hours * 24.0 / found.observed_hours
+    cost = None if found.cost is None else found.cost * 24.0 / found.observed_hours
+    return WasteKind(found.kind, found.fired, per_day, cost, found.observed_hours, found.message)
+
+
+def waste_report(history: ServingHistory | None, previous: Mapping[str, Any] | None, *,
+                 price_per_gpu_hour: float | None, currency: str) -> tuple[WasteKind, ...]:
+    """The waste kinds this reconcile has evidence for (:data:`WASTE_EVIDENCE`). Pure.
+
+    A kind whose evidence is missing or too short is left out, never reported as zero."""
+    out: list[WasteKind] = []
+    if history is not None:
+        for detect in (waste.cpu_bound, waste.saturated_at_low_load):
+            try:
+                found = _per_day(detect(history, price_per_gpu_hour=price_per_gpu_hour, currency=currency))
+            except DataError:
+                continue
+            if found is not None:
+                out.append(found)
+    retrain = (previous or {}).get("retrain")
+    idle = retrain.get("idleGpus") if isinstance(retrain, Mapping) else None
+    if isinstance(idle, Mapping):
+        mean = _positive(idle.get("mean")) or (0.0 if idle.get("mean") in (0, 0.0) else None)
+        if mean is not None:  # 0 idle GPUs is evidence (of none); a missing or garbled mean is not
+            cost = idle.get("costPerDay")
+            cost_per_day = float(cost) if isinstance(cost, int | float) and math.isfinite(cost) else None
+            out.append(WasteKind("idle", mean > 0, mean * 24.0, cost_per_day, None,
+                                 f"{mean:.3g} allocated GPUs idle (< 5 % for ≥ 10 min) on average at the last "
+                                 "retrain" if mean > 0 else "no allocated GPU stayed idle at the last retrain"))
+    return tuple(out)
+
+
+def waste_status(kinds: Sequence[WasteKind], currency: str) -> dict[str, Any] | None:
+    if not kinds:
+        return None
+    rows = []
+    for k in kinds:
+        row: dict[str, Any] = {"kind": k.kind, "fired": k.fired, "gpuHoursPerDay": k.gpu_hours_per_day,
+                               "message": k.message[:1024]}
+        if k.cost_per_day is not None:
+            row["costPerDay"] = k.cost_per_day
+        if k.observed_hours is not None:
+            row["observedHours"] = k.observed_hours
+        rows.append(row)
+    return {"currency": currency, "kinds": rows}

@@ -34,7 +34,9 @@ from prometheus_client import (
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from predictive_scaler.controller.api_activity import RETRY_KINDS, ApiTally
+from predictive_scaler.controller.finops import billed_gpus, node_pool, price_for
 from predictive_scaler.controller.health import Verdict
+from predictive_scaler.controller.status import CapacityInUse, WasteKind
 from predictive_scaler.core.values import Forecast
 from predictive_scaler.metrics_catalog import CATALOG
 from predictive_scaler.policy.capacity import replicas_for
@@ -129,6 +131,9 @@ class _ScalerTrack:
     waste: WasteEstimator
     labels: tuple[str, str]
     currency: str | None = None
+    #: Label values last written to the shadow and FinOps series (a change removes the old series).
+    live: tuple[tuple[str, str], ...] = ()
+    finops: tuple[str, ...] | None = None
 
 
 class Telemetry:
@@ -163,7 +168,9 @@ class Telemetry:
         return track
 
     def record(self, namespace: str, name: str, spec: ScalerSpec, result: ReconcileResult,
-               budget_gpus: int, budget_limit: int | None, duration_s: float, period_s: float) -> None:
+               budget_gpus: int, budget_limit: int | None, duration_s: float, period_s: float, *,
+               live: tuple[tuple[str, str], ...] = (), team: str = "", opencost_price: float | None = None) -> None:
+        # live: (kind, name) of the other autoscalers on the target; team: the team label's value.
         labels = (namespace, name)
         d = result.decision
         now_s = result.now.timestamp()
@@ -216,12 +223,60 @@ class Telemetry:
             # Touch the counters so they exist at 0 (an alert on a missing series never fires).
             m("predictive_scaler_wasted_prewarm_cost_total").labels(*labels, currency).inc(wasted)
             m("predictive_scaler_prewarm_cost_total").labels(*labels, currency).inc(0)
+            self._shadow(track, spec, result, live)
+            self._finops(track, spec, result, period_s, team, opencost_price)
             m("predictive_scaler_last_reconcile_timestamp_seconds").labels(*labels).set(now_s)
             m("predictive_scaler_reconcile_duration_seconds").labels(*labels).observe(duration_s)
             for kind in ERROR_KINDS:
                 m("predictive_scaler_reconcile_errors_total").labels(*labels, kind).inc(0)
             for kind in RETRY_KINDS:
                 m("predictive_scaler_api_retries_total").labels(*labels, kind).inc(0)
+
+    def _shadow(self, track: _ScalerTrack, spec: ScalerSpec, result: ReconcileResult,
+                live: tuple[tuple[str, str], ...]) -> None:
+        """What the target runs (whoever scaled it) beside what this scaler decided (docs/shadow.md)."""
+        m, labels = self._m, track.labels
+        m("predictive_scaler_target_replicas").labels(*labels).set(result.cluster.desired_replicas)
+        m("predictive_scaler_planned_placeholder_gpus").labels(*labels).set(result.decision.placeholder_gpus)
+        m("predictive_scaler_gpus_per_replica").labels(*labels).set(spec.gpus_per_replica)
+        m("predictive_scaler_capacity_per_replica").labels(*labels).set(spec.capacity_per_replica)
+        for gone in set(track.live) - set(live):
+            m("predictive_scaler_live_autoscaler").remove(*labels, *gone)
+        for kind, autoscaler in live:
+            m("predictive_scaler_live_autoscaler").labels(*labels, kind, autoscaler).set(1)
+        track.live = live
+
+    def _finops(self, track: _ScalerTrack, spec: ScalerSpec, result: ReconcileResult, period_s: float,
+                team: str, opencost_price: float | None) -> None:
+        """GPU-hours billed (and used, where DCGM measures demand) this period, and their cost (docs/finops.md)."""
+        m, labels = self._m, track.labels
+        d, c = result.decision, result.cluster
+        price = price_for(spec, opencost_price)
+        currency = d.currency
+        keys = (team, node_pool(spec.prewarm.node_selector), currency, price.source)
+        if track.finops is not None and track.finops != keys:
+            old_team, old_pool, old_currency, old_source = track.finops
+            for name, extra in (("predictive_scaler_gpu_hours_billed_total", ()),
+                                ("predictive_scaler_gpu_hours_used_total", ()),
+                                ("predictive_scaler_gpu_cost_total", (old_currency,))):
+                _remove(m(name), (*labels, old_team, old_pool, *extra))
+            _remove(m("predictive_scaler_gpu_price_per_hour"), (*labels, old_currency, old_source))
+        track.finops = keys
+        where = (*labels, team, keys[1])
+        held = billed_gpus(c.desired_replicas, d.placeholder_gpus if result.applied else c.placeholder_gpus,
+                           spec.gpus_per_replica)
+        hours = held * period_s / 3600.0
+        m("predictive_scaler_gpu_hours_billed_total").labels(*where).inc(hours)
+        used = m("predictive_scaler_gpu_hours_used_total").labels(*where)
+        if spec.demand.kind == "dcgm-busy-gpus" and d.demand is not None and math.isfinite(d.demand):
+            # Busy GPUs are the demand itself: no query beyond the one the step made.
+            used.inc(min(float(held), max(0.0, d.demand)) * period_s / 3600.0)
+        else:
+            used.inc(0)
+        cost = m("predictive_scaler_gpu_cost_total").labels(*where, currency)
+        cost.inc(0 if price.per_gpu_hour is None else hours * price.per_gpu_hour)
+        if price.per_gpu_hour is not None:
+            m("predictive_scaler_gpu_price_per_hour").labels(*labels, currency, price.source).set(price.per_gpu_hour)
 
     def model_trained(self, namespace: str, name: str, trained_until_s: float | None) -> None:
         if trained_until_s is not None:
@@ -248,6 +303,32 @@ class Telemetry:
         for resource, seconds in stale_for.items():
             self._m("predictive_scaler_cluster_cache_staleness_seconds").labels(resource).set(seconds)
 
+    def capacity_and_waste(self, namespace: str, name: str, capacity: CapacityInUse | None,
+                           waste: tuple[WasteKind, ...], currency: str) -> None:
+        """The learned capacity (by kind) and the GPU waste (by kind) of this reconcile; a kind no longer
+        known is removed, never left at its last value."""
+        labels = (namespace, name)
+        with self._lock:
+            learned = self._m("predictive_scaler_learned_capacity")
+            kind = capacity.kind if capacity is not None and capacity.learned is not None else None
+            for k in ("point", "lower-bound"):
+                if k == kind and capacity is not None and capacity.learned is not None:
+                    learned.labels(*labels, k).set(capacity.learned)
+                else:
+                    _remove(learned, (*labels, k))
+            hours, cost = self._m("predictive_scaler_waste_gpu_hours"), self._m("predictive_scaler_waste_cost")
+            now = {w.kind: w for w in waste}
+            for old in _label_sets(hours):
+                if old[:2] == labels and old[2] not in now:
+                    hours.remove(*old)
+            for old in _label_sets(cost):
+                if old[:2] == labels and (old[2] not in now or now[old[2]].cost_per_day is None or old[3] != currency):
+                    cost.remove(*old)
+            for w in waste:
+                hours.labels(*labels, w.kind).set(w.gpu_hours_per_day)
+                if w.cost_per_day is not None:
+                    cost.labels(*labels, w.kind, currency).set(w.cost_per_day)
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted scaler's series (a stale gauge would keep alerting)."""
         with self._lock:
@@ -259,6 +340,11 @@ class Telemetry:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _remove(metric: Any, labels: tuple[str, ...]) -> None:
+    if labels in _label_sets(metric):
+        metric.remove(*labels)
 
 
 def _label_sets(metric: Any) -> list[tuple[str, ...]]:

@@ -43,12 +43,12 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -234,20 +234,16 @@ def model_bytes(model: FittedModel) -> bytes:
     return text.encode("utf-8")
 
 
-def save_artifact(
+def artifact_bytes(
     model: FittedModel,
     *,
     series: str,
     window: TrainingWindow,
     metrics: Mapping[str, Any] | None = None,
-    directory: str | Path,
     clock: Clock | None = None,
     capacity: Mapping[str, Any] | None = None,
-) -> Manifest:
-    """Write ``model.json`` then ``manifest.json`` (each atomically) into ``directory``.
-
-    The manifest is written last, so a directory without one is an unfinished write and is refused.
-    """
+) -> tuple[bytes, Manifest]:
+    """The bytes of ``model.json`` and the manifest describing them (what every store writes)."""
     _check_name(series, what="series")
     body = model_bytes(model)
     if len(body) > MAX_MODEL_BYTES:  # it could never be loaded again
@@ -267,6 +263,25 @@ def save_artifact(
         size_bytes=len(body),
         capacity=dict(capacity) if capacity is not None else None,
     )
+    return body, manifest
+
+
+def save_artifact(
+    model: FittedModel,
+    *,
+    series: str,
+    window: TrainingWindow,
+    metrics: Mapping[str, Any] | None = None,
+    directory: str | Path,
+    clock: Clock | None = None,
+    capacity: Mapping[str, Any] | None = None,
+) -> Manifest:
+    """Write ``model.json`` then ``manifest.json`` (each atomically) into ``directory``.
+
+    The manifest is written last, so a directory without one is an unfinished write and is refused.
+    """
+    body, manifest = artifact_bytes(model, series=series, window=window, metrics=metrics, clock=clock,
+                                    capacity=capacity)
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -344,33 +359,47 @@ def load_artifact(directory: str | Path, *, expected_series: str | None = None) 
     """Verify and load an artifact; every refusal is a :class:`ModelError` saying what to do."""
     d = Path(directory)
     manifest = read_manifest(d)
+    model = verify_artifact(str(d), manifest, lambda: _read_bounded(d / MODEL_FILE, MAX_MODEL_BYTES, "model"),
+                            expected_series=expected_series)
+    return LoadedModel(model=model, manifest=manifest, path=d)
+
+
+def verify_artifact(where: str, manifest: Manifest, read_model: Callable[[], bytes], *,
+                    expected_series: str | None = None) -> FittedModel:
+    """The model of an artifact at ``where`` (a directory or an object prefix), parsed only once its bytes
+    (from ``read_model``) match ``manifest``; every refusal is a :class:`ModelError` saying what to do."""
     if expected_series is not None and manifest.series != expected_series:
         raise ModelError(
-            f"{d}: artifact was trained for series {manifest.series!r}, not {expected_series!r}; "
+            f"{where}: artifact was trained for series {manifest.series!r}, not {expected_series!r}; "
             f"{_RETRAIN} on {expected_series!r}'s history"
         )
-    body = _read_bounded(d / MODEL_FILE, MAX_MODEL_BYTES, "model")
+    body = read_model()
+    model_at = f"{where}/{MODEL_FILE}"
     if hashlib.sha256(body).hexdigest() != manifest.sha256:
         raise ModelError(
-            f"{d / MODEL_FILE}: sha256 does not match the manifest (the file was changed or "
+            f"{model_at}: sha256 does not match the manifest (the file was changed or "
             f"corrupted); {_ROLLBACK} or {_RETRAIN}"
         )
-    doc = _parse_json(body, d / MODEL_FILE)
+    doc = _parse_json(body, model_at)
     if not isinstance(doc, dict) or not isinstance(doc.get("params"), dict):
-        raise ModelError(f"{d / MODEL_FILE}: expected an object with 'kind' and 'params'; {_RETRAIN}")
+        raise ModelError(f"{model_at}: expected an object with 'kind' and 'params'; {_RETRAIN}")
     if doc.get("kind") != manifest.kind:
         raise ModelError(
-            f"{d / MODEL_FILE}: model kind {doc.get('kind')!r} differs from the manifest's "
+            f"{model_at}: model kind {doc.get('kind')!r} differs from the manifest's "
             f"{manifest.kind!r}; {_RETRAIN}"
         )
     try:
-        model = registry.model_from_params(manifest.kind, doc["params"])
+        return registry.model_from_params(manifest.kind, doc["params"])
     except ModelError as exc:
         # The model's own message may already end in generic advice; give the store's, once.
-        raise ModelError(f"{d / MODEL_FILE}: {_without_advice(str(exc))}; {_RETRAIN}") from exc
+        raise ModelError(f"{model_at}: {_without_advice(str(exc))}; {_RETRAIN}") from exc
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ModelError(f"{d / MODEL_FILE}: invalid {manifest.kind} parameters ({exc!r}); {_RETRAIN}") from exc
-    return LoadedModel(model=model, manifest=manifest, path=d)
+        raise ModelError(f"{model_at}: invalid {manifest.kind} parameters ({exc!r}); {_RETRAIN}") from exc
+
+
+def parse_manifest(body: bytes, where: str) -> Manifest:
+    """A manifest's bytes (read from ``where``) checked; a ModelError when damaged."""
+    return Manifest.from_dict(_parse_json(body, where))
 
 
 def read_manifest(directory: str | Path) -> Manifest:
@@ -405,7 +434,7 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def _parse_json(data: bytes, path: Path) -> Any:
+def _parse_json(data: bytes, path: Path | str) -> Any:
     if data[:1] == b"\x80" or data[:2] in (b"(d", b"(l", b"}q", b"]q"):
         raise ModelError(
             f"{path}: not JSON — the bytes look like a Python pickle, which is never loaded (it can run "
@@ -477,6 +506,10 @@ class ModelStore:
         self.root = Path(root)
         self.keep = keep
         self.clock = clock or SystemClock()
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
 
     # paths
     def _dir(self, name: str) -> Path:
@@ -782,6 +815,26 @@ class ModelStore:
         pointer, _ = self.pointer_or_problem(name)
         return VerifyReport(name, pointer.version if pointer else None, len(infos), tuple(problems), repaired)
 
+    # documents kept beside a model's versions (the retraining job's run records)
+    def document_path(self, name: str, folder: str, doc_id: str) -> Path:
+        return self._dir(name) / _check_name(folder, what="folder") / f"{_check_name(doc_id, what='document id')}.json"
+
+    def read_document(self, name: str, folder: str, doc_id: str, *, limit: int = 1 << 20) -> bytes | None:
+        """``<name>/<folder>/<doc_id>.json``, or None when absent; a regular file of at most ``limit`` bytes
+        (a FIFO planted there must not block): anything else is a ModelError."""
+        path = self.document_path(name, folder, doc_id)
+        if not os.path.lexists(path):
+            return None
+        return read_regular(path, limit=limit, what=f"a {folder} record", error=ModelError, remedy="it is ignored")
+
+    def write_document(self, name: str, folder: str, doc_id: str, body: bytes) -> None:
+        path = self.document_path(name, folder, doc_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _io_error(exc, path.parent, "create the directory") from exc
+        write_atomic(path, body)
+
     # housekeeping
     def _prune(self, name: str) -> None:
         pointer, _ = self.pointer_or_problem(name)
@@ -945,3 +998,63 @@ def _dump(doc: Any) -> bytes:
 
 def _iso(ts: pd.Timestamp | datetime) -> str:
     return to_utc(ts).isoformat().replace("+00:00", "Z")
+
+
+# -- every store -------------------------------------------------------------------------------
+
+class ModelStorage(Protocol):
+    """What a model store offers, whatever holds it: a directory (:class:`ModelStore`) or an object store
+    bucket (:class:`~predictive_scaler.forecasting.object_store.ObjectModelStore`). Both write versions
+    before their manifest and the manifest before the pointer, and verify before a pointer moves."""
+
+    keep: int
+
+    @property
+    def location(self) -> str:
+        """Where the store is, as a user gives it (a directory or ``s3://bucket/prefix``)."""
+        ...
+
+    def names(self) -> builtins.list[str]: ...
+
+    def publish(self, name: str, model: FittedModel, *, series: str, window: TrainingWindow,
+                metrics: Mapping[str, Any] | None = None, serve: bool = True,
+                capacity: Mapping[str, Any] | None = None) -> str: ...
+
+    def promote(self, name: str, version: str) -> LoadedModel: ...
+
+    def rollback(self, name: str) -> LoadedModel: ...
+
+    def pointer(self, name: str) -> ServingPointer | None: ...
+
+    def pointer_or_problem(self, name: str) -> tuple[ServingPointer | None, str | None]: ...
+
+    def serving(self, name: str, *, expected_series: str | None = None) -> LoadedModel: ...
+
+    def load(self, name: str, version: str, *, expected_series: str | None = None) -> LoadedModel: ...
+
+    def list(self, name: str) -> builtins.list[VersionInfo]: ...
+
+    def verify(self, name: str | None = None, *, repair: bool = False) -> builtins.list[VerifyReport]: ...
+
+    def read_document(self, name: str, folder: str, doc_id: str, *, limit: int = 1 << 20) -> bytes | None: ...
+
+    def write_document(self, name: str, folder: str, doc_id: str, body: bytes) -> None: ...
+
+
+def is_object_store_url(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith("s3://")
+
+
+def open_store(location: str | Path, *, keep: int = DEFAULT_KEEP, clock: Clock | None = None) -> ModelStorage:
+    """The store at ``location``: ``s3://bucket/prefix`` (credentials and endpoint from the environment the
+    AWS SDK reads) or a directory."""
+    if is_object_store_url(location):
+        from predictive_scaler.forecasting.object_store import ObjectModelStore
+
+        return ObjectModelStore(str(location), keep=keep, clock=clock)
+    return ModelStore(location, keep=keep, clock=clock)
+
+
+def check_model_name(name: str, *, what: str = "model name") -> str:
+    """``name`` if a store accepts it as a model, series or version name, else a ConfigError."""
+    return _check_name(name, what=what)

@@ -152,6 +152,15 @@ API_CALLS: tuple[ApiCall, ...] = (
     ),
     ApiCall(
         "GET",
+        "/api/v1/namespaces/{name}",
+        "get",
+        "",
+        "namespaces",
+        "FinOps: the scaler's namespace label named by --team-label, the metrics' team (only with that "
+        "setting; cached 10 minutes per namespace)",
+    ),
+    ApiCall(
+        "GET",
         "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
         "get",
         "apps",

@@ -50,6 +50,11 @@ PLACEHOLDER_SUFFIX = "-prewarm"
 # The uid/gid the pause image runs as; set explicitly so that an inference
 # image built to run as root still satisfies runAsNonRoot.
 PLACEHOLDER_UID = 65535
+# Karpenter labels each node it launches with the NodePool that launched it, and does not
+# voluntarily disrupt (consolidate, drift-replace) a node running a pod annotated do-not-disrupt.
+KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+_AFFINITY_KEYS = ("requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -102,8 +107,15 @@ def placeholder_deployment(
     tolerations: Sequence[Mapping[str, Any]] | None = None,
     *,
     gpu_resource: str = GPU_RESOURCE,
+    affinity: Mapping[str, Any] | None = None,
+    node_pool: str | None = None,
+    do_not_disrupt: bool = False,
 ) -> dict[str, Any]:
     """apps/v1 Deployment of placeholder ("balloon") pods that hold GPUs.
+
+    ``affinity`` is a core/v1 NodeAffinity (camelCase dict); ``node_pool`` adds the requirement
+    ``karpenter.sh/nodepool In [node_pool]`` to it (see :func:`placeholder_node_affinity`);
+    ``do_not_disrupt`` annotates the pods ``karpenter.sh/do-not-disrupt: "true"``.
 
     Each pod requests ``gpus_per_pod`` GPUs under a negative-priority class, so
     a node autoscaler adds nodes for them and any real pod preempts them.
@@ -142,6 +154,16 @@ def placeholder_deployment(
     template = _placeholder_pod_template(
         labels, gpus_per_pod, priority_class, image, node_selector, tolerations, gpu_resource
     )
+    node_affinity = placeholder_node_affinity(affinity, node_pool)
+    if node_affinity:
+        template["spec"]["affinity"] = {"nodeAffinity": node_affinity}
+    if not isinstance(do_not_disrupt, bool):
+        raise ConfigError(
+            f"doNotDisrupt must be true or false, got {do_not_disrupt!r}",
+            field="spec.prewarm.doNotDisrupt",
+        )
+    if do_not_disrupt:
+        template["metadata"]["annotations"] = {KARPENTER_DO_NOT_DISRUPT: "true"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -212,6 +234,102 @@ def _placeholder_pod_template(
     if tolerations:
         spec["tolerations"] = [dict(t) for t in tolerations]
     return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+def placeholder_node_affinity(
+    affinity: Mapping[str, Any] | None, node_pool: str | None = None
+) -> dict[str, Any] | None:
+    """The placeholder pods' core/v1 NodeAffinity: ``affinity`` (checked for its shape) with
+    ``karpenter.sh/nodepool In [node_pool]`` ANDed into every required term (terms are ORed, so
+    the NodePool must be in each), or as the only required term when there is none. None: no
+    affinity at all. Empty lists are left out, so equal affinities hash equal."""
+    field = "spec.prewarm.affinity"
+    if affinity is None:
+        affinity = {}
+    if not isinstance(affinity, Mapping):
+        raise ConfigError(f"{field} must be a NodeAffinity object, got {type(affinity).__name__}", field=field)
+    unknown = sorted(set(affinity) - set(_AFFINITY_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{field}.{unknown[0]} is not a field of a NodeAffinity; use {' or '.join(_AFFINITY_KEYS)}",
+            field=f"{field}.{unknown[0]}",
+        )
+    out: dict[str, Any] = {}
+    required = affinity.get(_AFFINITY_KEYS[0])
+    terms: list[dict[str, Any]] | None = None
+    if required is not None:
+        where = f"{field}.{_AFFINITY_KEYS[0]}.nodeSelectorTerms"
+        raw = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+        if not isinstance(raw, Sequence) or isinstance(raw, str) or not raw:
+            raise ConfigError(
+                f"{where} must be a non-empty list of terms (a node must match one of them)", field=where
+            )
+        terms = [_node_selector_term(term, f"{where}[{i}]") for i, term in enumerate(raw)]
+    if node_pool is not None:
+        _check_node_pool(node_pool)
+        requirement = {"key": KARPENTER_NODEPOOL_LABEL, "operator": "In", "values": [node_pool]}
+        if terms is None:
+            terms = [{"matchExpressions": [requirement]}]
+        else:
+            for i, term in enumerate(terms):
+                if any(e.get("key") == KARPENTER_NODEPOOL_LABEL for e in term["matchExpressions"]):
+                    raise ConfigError(
+                        f"spec.prewarm.nodePool is set and {field} term {i} also requires "
+                        f"{KARPENTER_NODEPOOL_LABEL}; give the NodePool in one place",
+                        field="spec.prewarm.nodePool",
+                    )
+                term["matchExpressions"].append(dict(requirement))
+    if terms is not None:
+        out[_AFFINITY_KEYS[0]] = {"nodeSelectorTerms": terms}
+    preferred = affinity.get(_AFFINITY_KEYS[1]) or []
+    where = f"{field}.{_AFFINITY_KEYS[1]}"
+    if not isinstance(preferred, Sequence) or isinstance(preferred, str):
+        raise ConfigError(f"{where} must be a list of weighted terms", field=where)
+    weighted = []
+    for i, item in enumerate(preferred):
+        weight = item.get("weight") if isinstance(item, Mapping) else None
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise ConfigError(f"{where}[{i}].weight must be a whole number from 1 to 100, got {weight!r}",
+                              field=f"{where}[{i}].weight")
+        assert isinstance(item, Mapping)
+        weighted.append({"weight": weight,
+                         "preference": _node_selector_term(item.get("preference"), f"{where}[{i}].preference")})
+    if weighted:
+        out[_AFFINITY_KEYS[1]] = weighted
+    return out or None
+
+
+def _node_selector_term(term: Any, where: str) -> dict[str, Any]:
+    """A copy of one NodeSelectorTerm, its expressions checked for shape (the spec checks the rest)."""
+    expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+    if not isinstance(expressions, Sequence) or isinstance(expressions, str) or not expressions:
+        raise ConfigError(
+            f"{where}.matchExpressions must be a non-empty list (a term without expressions matches "
+            "no node); matchFields is not supported",
+            field=f"{where}.matchExpressions",
+        )
+    out = []
+    for j, expression in enumerate(expressions):
+        if not (isinstance(expression, Mapping) and isinstance(expression.get("key"), str)
+                and isinstance(expression.get("operator"), str)):
+            raise ConfigError(
+                f"{where}.matchExpressions[{j}] must be an object with a key, an operator and values",
+                field=f"{where}.matchExpressions[{j}]",
+            )
+        copy: dict[str, Any] = {"key": expression["key"], "operator": expression["operator"]}
+        if expression.get("values"):
+            copy["values"] = [str(v) for v in expression["values"]]
+        out.append(copy)
+    return {"matchExpressions": out}
+
+
+def _check_node_pool(node_pool: str) -> None:
+    if not isinstance(node_pool, str) or len(node_pool) > 63 or not _DNS_SUBDOMAIN.match(node_pool):
+        raise ConfigError(
+            f"{node_pool!r} is not a NodePool name: use at most 63 lower-case letters, digits, '-' "
+            "and '.', starting and ending with a letter or digit",
+            field="spec.prewarm.nodePool",
+        )
 
 
 def template_hash(template: Mapping[str, Any]) -> str:

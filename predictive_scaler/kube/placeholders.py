@@ -35,6 +35,10 @@ class PlaceholderSpec:
     image: str = manifests.PLACEHOLDER_IMAGE
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
+    #: core/v1 NodeAffinity (camelCase), ``karpenter.sh/nodepool In [node_pool]`` added to it.
+    affinity: Mapping[str, Any] | None = None
+    node_pool: str | None = None
+    do_not_disrupt: bool = False
 
     def manifest(self, replicas: int) -> dict[str, Any]:
         return manifests.placeholder_deployment(
@@ -47,6 +51,9 @@ class PlaceholderSpec:
             self.image,
             self.node_selector,
             self.tolerations,
+            affinity=self.affinity,
+            node_pool=self.node_pool,
+            do_not_disrupt=self.do_not_disrupt,
         )
 
 

@@ -8,15 +8,48 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from predictive_scaler.errors import NotFoundError
 from predictive_scaler.kube import manifests
 from predictive_scaler.kube.transport import MERGE_PATCH, Transport, path_segment
 
 #: Where the PredictiveScaler API lives.
 CR_PREFIX = f"/apis/{manifests.GROUP}/{manifests.VERSION}"
+#: Seconds a namespace's labels are trusted before they are read again (the FinOps team label).
+NAMESPACE_LABELS_TTL = 600.0
 
 
 class ScalerCalls(Transport):
-    """PredictiveScalers and their Events."""
+    """PredictiveScalers, their Events and their namespace's labels."""
+
+    @functools.cached_property
+    def _namespace_labels(self) -> tuple[threading.Lock, dict[str, tuple[dict[str, str], float]]]:
+        """Namespace → (its labels, when they were read)."""
+        return threading.Lock(), {}
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """The labels of ``namespace`` ({} when it is gone), read at most once per ``NAMESPACE_LABELS_TTL``
+        seconds. A failed read raises (ForbiddenError without ``get`` on namespaces) and is not cached."""
+        lock, cache = self._namespace_labels
+        now = self._clock.now().timestamp()
+        with lock:
+            cached = cache.get(namespace)
+        if cached is not None and now - cached[1] < NAMESPACE_LABELS_TTL:
+            return dict(cached[0])
+        what = f"read namespace {namespace}"
+
+        def attempt() -> Any:
+            try:
+                return self._request("GET", f"/api/v1/namespaces/{path_segment(namespace)}", what=what)
+            except NotFoundError:
+                return None
+
+        found = self._retrying(attempt, what)
+        meta = found.get("metadata") if isinstance(found, dict) else None
+        raw = (meta or {}).get("labels") if isinstance(meta, dict) else None
+        labels = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        with lock:
+            cache[namespace] = (labels, now)
+        return dict(labels)
 
     @functools.cached_property
     def _event_names(self) -> tuple[threading.Lock, dict[tuple[str, str], datetime]]:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from predictive_scaler.retrain.settings import ScalerTarget
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series
 from predictive_scaler.spec import ScalerSpec
+
+if TYPE_CHECKING:
+    from predictive_scaler.sources.demand import ServingSignals
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,17 @@ class HistoryPort(Protocol):
         ...
 
     def gpu_usage(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int) -> GpuUsage:
+        ...
+
+
+@runtime_checkable
+class ServingPort(Protocol):
+    """A history port that also has the server's own serving history (capacity at the SLO is learned from it);
+    the backtest's trace replay has none."""
+
+    def serving(self, target: ScalerTarget, start: datetime, end: datetime) -> ServingSignals:
+        """Served rate, latency, running batch and GPU utilisation per replica over [start, end]
+        (ConfigError without serving queries, DataError / SourceError when unusable)."""
         ...
 
 
@@ -60,6 +74,13 @@ class PrometheusHistory:
         return demand_history(target.spec, target.namespace).pull(
             self.source, start, end, step_seconds, min_history=min_history,
             max_missing_fraction=max_missing_fraction, name=target.model_name)
+
+    def serving(self, target: ScalerTarget, start: datetime, end: datetime) -> ServingSignals:
+        from predictive_scaler.sources.demand import pull_serving
+
+        assert target.spec is not None
+        # The controller's serving queries (sources/demand.py), on the grid of the SLO's windows.
+        return pull_serving(self.source, target.spec, target.namespace, start, end)
 
     def gpu_usage(self, target: ScalerTarget, start: datetime, end: datetime, step_seconds: int) -> GpuUsage:
         from predictive_scaler.sources import dcgm

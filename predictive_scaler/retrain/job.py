@@ -1,6 +1,6 @@
 """The weekly retraining job (the CronJob's entry point): for each PredictiveScaler, train and promote
 through :func:`~predictive_scaler.retrain.training.train_and_promote` — the function the backtest
-retrains through too — over the model store's directory, resumably.
+retrains through too — over the model store (a directory or an s3:// bucket), resumably.
 
 Per scaler (:func:`retrain_scaler`): the training function pulls 28 days of history, holds
 out the latest 2 days, selects and fits a challenger on the rest, and promotes it only if it
@@ -32,8 +32,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from predictive_scaler.errors import ConfigError, ModelError
-from predictive_scaler.forecasting.store import ModelStore, write_atomic
+from predictive_scaler.errors import ConfigError, ModelError, StoreError
+from predictive_scaler.forecasting.store import (
+    ModelStorage,
+    ModelStore,
+    check_model_name,
+    open_store,
+)
 from predictive_scaler.retrain.history import HistoryPort
 from predictive_scaler.retrain.outcome import ScalerOutcome, finite_json, iso_time
 from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
@@ -43,7 +48,6 @@ from predictive_scaler.retrain.training import (
     guarded,
     train_and_promote,
 )
-from predictive_scaler.yaml_input import read_regular
 
 # Names the job has always offered (their homes: outcome.py, training.py).
 __all__ = [
@@ -75,32 +79,35 @@ def default_run_id(now: datetime) -> str:
 # -- the run record ------------------------------------------------------------------------------
 
 def record_path(store: ModelStore, model: str, run_id: str) -> Path:
-    store.version_dir(model, run_id)  # validates both names (no traversal)
-    return store.root / model / RETRAIN_DIR / f"{run_id}.json"
+    """Where a directory store keeps a run's record (an object store keeps it under the same key)."""
+    return store.document_path(model, RETRAIN_DIR, run_id)
 
 
-def read_record(store: ModelStore, model: str, run_id: str) -> ScalerOutcome | None:
-    path = record_path(store, model, run_id)
-    if not path.exists() and not path.is_symlink():
-        return None
+def _check_record_names(model: str, run_id: str) -> None:
+    check_model_name(model)
+    check_model_name(run_id, what="run id")  # no traversal, whatever holds the store
+
+
+def read_record(store: ModelStorage, model: str, run_id: str) -> ScalerOutcome | None:
+    _check_record_names(model, run_id)
     try:
-        # A regular file of at most 1 MiB (a record is a few kilobytes): a FIFO planted there must not block.
-        doc = json.loads(read_regular(path, limit=1 << 20, what="a retrain record", error=ModelError,
-                                      remedy="it is ignored and the scaler retrained"))
-        return ScalerOutcome.from_dict(doc)
-    except (ValueError, TypeError, OSError, ModelError) as exc:
-        log.warning("ignoring unreadable retrain record %s (%s); the scaler is retrained", path, exc)
+        # At most 1 MiB (a record is a few kilobytes); a directory store reads regular files only.
+        body = store.read_document(model, RETRAIN_DIR, run_id, limit=1 << 20)
+        if body is None:
+            return None
+        return ScalerOutcome.from_dict(json.loads(body))
+    except (ValueError, TypeError, OSError, ModelError, StoreError) as exc:
+        log.warning("ignoring unreadable retrain record of %s in run %s (%s); the scaler is retrained",
+                    model, run_id, exc)
         return None
 
 
-def write_record(store: ModelStore, outcome: ScalerOutcome) -> None:
-    path = record_path(store, outcome.model, outcome.run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_record(store: ModelStorage, outcome: ScalerOutcome) -> None:
     body = json.dumps(outcome.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    write_atomic(path, body.encode("utf-8"))
+    store.write_document(outcome.model, RETRAIN_DIR, outcome.run_id, body.encode("utf-8"))
 
 
-def _published_by_run(store: ModelStore, model: str, run_id: str) -> str | None:
+def _published_by_run(store: ModelStorage, model: str, run_id: str) -> str | None:
     """The version this run already published for ``model`` (crash after publish, before the record)."""
     for info in reversed(store.list(model)):
         meta = (info.manifest.metrics or {}).get("retrain") if info.manifest else None
@@ -114,7 +121,7 @@ def _published_by_run(store: ModelStore, model: str, run_id: str) -> str | None:
 def retrain_scaler(
     target: ScalerTarget,
     history: HistoryPort,
-    store: ModelStore,
+    store: ModelStorage,
     settings: RetrainSettings,
     now: datetime,
     run_id: str,
@@ -122,7 +129,7 @@ def retrain_scaler(
     """Retrain one scaler (see the module doc). Expected problems become a *skipped* outcome, a failing
     source a *failed* one (:func:`~predictive_scaler.retrain.training.guarded`)."""
     try:
-        record_path(store, target.model_name, run_id)  # a name that would leave the store is refused first
+        _check_record_names(target.model_name, run_id)  # a name that would leave the store is refused first
     except ConfigError as exc:
         return _failed(target, run_id, str(exc))
     outcome = guarded(target, run_id, DirectoryStore(store),
@@ -132,12 +139,12 @@ def retrain_scaler(
     return outcome
 
 
-def _retrain(target: ScalerTarget, history: HistoryPort, store: ModelStore, settings: RetrainSettings,
+def _retrain(target: ScalerTarget, history: HistoryPort, store: ModelStorage, settings: RetrainSettings,
              now: datetime, run_id: str, base: ScalerOutcome) -> ScalerOutcome:
     if target.spec is None:
         return replace(base, reason=target.problem or "invalid spec")
     model_name = target.model_name
-    store.version_dir(model_name, "check")  # a name the store refuses is a config problem, said early
+    check_model_name(model_name)  # a name the store refuses is a config problem, said early
     earlier = read_record(store, model_name, run_id)
     if earlier is not None and earlier.done:
         return replace(earlier, result="already-done",
@@ -200,6 +207,7 @@ class _Work:
     """Everything a worker process needs (picklable)."""
 
     history: Any
+    #: The store's location (a directory or s3:// URL): each worker opens its own client.
     store_root: str
     settings: RetrainSettings
     now: datetime
@@ -207,7 +215,7 @@ class _Work:
 
 
 def _work(work: _Work, target: ScalerTarget) -> ScalerOutcome:
-    store = ModelStore(work.store_root, keep=work.settings.keep)
+    store = open_store(work.store_root, keep=work.settings.keep)
     return retrain_scaler(target, work.history, store, work.settings, work.now, work.run_id)
 
 
@@ -215,7 +223,7 @@ def run_retrain(
     targets: Sequence[ScalerTarget],
     *,
     history: HistoryPort,
-    store: ModelStore,
+    store: ModelStorage,
     settings: RetrainSettings,
     now: datetime,
     run_id: str | None = None,
@@ -237,7 +245,7 @@ def run_retrain(
     mine = select_shard(targets, shard_index, shard_count)
     log.info("retrain run %s: shard %d/%d has %d of %d scalers, %d process(es)",
              run, shard_index, shard_count, len(mine), len(targets), processes)
-    work = _Work(history=history, store_root=str(store.root), settings=settings, now=now, run_id=run)
+    work = _Work(history=history, store_root=store.location, settings=settings, now=now, run_id=run)
     t0 = time.perf_counter()
     outcomes: list[ScalerOutcome] = []
 

@@ -34,6 +34,8 @@ class ScalerOutcome:
     capacity: Mapping[str, Any] | None = None
     idle_gpus: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    #: Capacity per replica learned at ``capacity.slo`` from the serving history (:func:`learned_capacity_record`).
+    learned_capacity: Mapping[str, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -61,6 +63,11 @@ class ScalerOutcome:
         if self.capacity:
             doc["capacity"] = {"requestsPerReplica": self.capacity["requests_per_replica"],
                                "low": self.capacity["low"], "high": self.capacity["high"]}
+        if self.learned_capacity:
+            lc = self.learned_capacity
+            doc["learnedCapacity"] = {"kind": lc["kind"], "perReplica": lc["value"], "low": lc["low"],
+                                      "high": lc["high"], "unit": lc["unit"], "slo": lc["slo"],
+                                      "explanation": lc["explanation"]}
         if self.idle_gpus:
             doc["idleGpus"] = {"mean": self.idle_gpus["mean"],
                                "costPerDay": self.idle_gpus["cost_per_day"],
@@ -86,3 +93,39 @@ def finite_json(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+#: The most a served capacity moves per retrain: a learned value twice (or half) the one in use is
+#: taken in steps, so one odd week of history cannot halve the fleet at once.
+MAX_CAPACITY_STEP = 2.0
+
+
+def learned_capacity_record(kind: str, value: float, low: float, high: float, unit: str, slo: str,
+                            explanation: str) -> dict[str, Any]:
+    """The learned capacity as the record, the status and the controller read it."""
+    return finite_json({"kind": kind, "value": value, "low": low, "high": high, "unit": unit, "slo": slo,
+                        "explanation": explanation})
+
+
+def serve_learned_capacity(in_use: float, learned: Mapping[str, Any], floor: float) -> tuple[float, str]:
+    """The capacity per replica to plan on once ``learned`` is known, and why. Pure.
+
+    A point moves the capacity in use at most ×/÷ :data:`MAX_CAPACITY_STEP`. A lower bound says only
+    "at least this": it may raise the capacity, never take it below ``floor`` (the configured
+    ``requestsPerReplica``) — a short or quiet history must not shrink what one replica is trusted with.
+    """
+    value = float(learned["value"])
+    if not (math.isfinite(value) and value > 0):
+        return in_use, f"learned value {value!r} is not a positive number; keeping {in_use:g}"
+    want = value
+    why = f"learned {learned.get('kind', 'point')} {value:.4g}"
+    if learned.get("kind") == "lower-bound" and value < floor:
+        want = floor
+        why += f" is a lower bound below the configured {floor:g}; the floor stands"
+    lo, hi = in_use / MAX_CAPACITY_STEP, in_use * MAX_CAPACITY_STEP
+    served = min(max(want, lo), hi)
+    if learned.get("kind") == "lower-bound":
+        served = max(served, floor)
+    if served != want:
+        why += f"; moved to {served:.4g} (at most ×{MAX_CAPACITY_STEP:g} or ÷{MAX_CAPACITY_STEP:g} from {in_use:.4g} per retrain)"
+    return served, why

@@ -19,7 +19,7 @@ import pandas as pd
 
 from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting.base import FittedModel
-from predictive_scaler.forecasting.store import ModelStore, TrainingWindow
+from predictive_scaler.forecasting.store import ModelStorage, TrainingWindow
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class ServingModel:
     model: FittedModel
     #: Only data after this is fair to compare it with a challenger on.
     trained_until: pd.Timestamp
+    #: The fingerprint of the history (and settings) it was trained on, when the job recorded one:
+    #: the same fingerprint this week means nothing new to learn.
+    history_sha256: str | None = None
 
 
 class ModelStorePort(Protocol):
@@ -53,11 +56,20 @@ class ModelStorePort(Protocol):
         ...
 
 
+def history_fingerprint_of(metrics: Mapping[str, Any]) -> str | None:
+    """The history fingerprint the job put in a version's metrics (``retrain.history_sha256``)."""
+    retrain = metrics.get("retrain") if isinstance(metrics, Mapping) else None
+    value = retrain.get("history_sha256") if isinstance(retrain, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
 @dataclass
 class DirectoryStore:
-    """:class:`ModelStorePort` over the directory-backed :class:`ModelStore` (the CronJob's)."""
+    """:class:`ModelStorePort` over the model store the CronJob writes to: a directory
+    (:class:`~predictive_scaler.forecasting.store.ModelStore`) or an object store bucket
+    (:class:`~predictive_scaler.forecasting.object_store.ObjectModelStore`)."""
 
-    store: ModelStore
+    store: ModelStorage
 
     def serving_version(self, name: str) -> str | None:
         try:
@@ -70,7 +82,8 @@ class DirectoryStore:
         pointer = self.store.pointer(name)
         loaded = self.store.serving(name, expected_series=name)
         version = pointer.version if pointer is not None else "?"
-        return ServingModel(version=version, model=loaded.model, trained_until=loaded.manifest.window.end)
+        return ServingModel(version=version, model=loaded.model, trained_until=loaded.manifest.window.end,
+                            history_sha256=history_fingerprint_of(loaded.manifest.metrics))
 
     def publish(self, name: str, model: FittedModel, *, window: TrainingWindow, metrics: Mapping[str, Any],
                 capacity: Mapping[str, Any] | None) -> str:
@@ -103,7 +116,8 @@ class MemoryStore:
                 capacity: Mapping[str, Any] | None) -> str:
         mine = self.versions.setdefault(name, {})
         version = f"v{len(mine) + 1}"
-        mine[version] = ServingModel(version=version, model=model, trained_until=window.end)
+        mine[version] = ServingModel(version=version, model=model, trained_until=window.end,
+                                     history_sha256=history_fingerprint_of(metrics))
         self.metrics[(name, version)] = metrics
         return version
 

@@ -25,6 +25,7 @@ was compared (fitted without the holdout).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -49,12 +50,18 @@ from predictive_scaler.forecasting.evaluation import (
     model_series,
 )
 from predictive_scaler.forecasting.metrics import all_metrics, naive_scale
-from predictive_scaler.forecasting.selection import PromotionDecision, promote, train_model
+from predictive_scaler.forecasting.selection import (
+    PromotionDecision,
+    TrainingResult,
+    promote,
+    train_model,
+)
 from predictive_scaler.forecasting.store import TrainingWindow
 from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk_forward
 from predictive_scaler.policy import events as event_policy
-from predictive_scaler.retrain.history import HistoryPort
-from predictive_scaler.retrain.outcome import ScalerOutcome, iso_time
+from predictive_scaler.policy.slo_capacity import Slo, estimate_slo_capacity
+from predictive_scaler.retrain.history import HistoryPort, ServingPort
+from predictive_scaler.retrain.outcome import ScalerOutcome, iso_time, learned_capacity_record
 from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
 from predictive_scaler.retrain.stores import ModelStorePort
 from predictive_scaler.series import Series, format_duration
@@ -143,6 +150,40 @@ def guarded(target: ScalerTarget, run_id: str, store: ModelStorePort,
     return replace(outcome, seconds=round(time.perf_counter() - t0, 3))
 
 
+def _fit_challenger(fit_part: Series, spec: ScalerSpec, settings: RetrainSettings,
+                    horizons: tuple[timedelta, ...], scored: timedelta) -> TrainingResult:
+    """Select and fit the challenger on ``fit_part``, candidates scored on its last ``scored``."""
+    eval_settings = EvaluationSettings(quantile=spec.quantile, horizons=horizons,
+                                       min_history=fit_part.span - scored)
+    # Past occurrences of the scaler's scheduled events are Prophet's holidays for this fit.
+    options = event_policy.forecaster_options(spec.events, fit_part.start.timestamp(), fit_part.end.timestamp())
+    return train_model(fit_part, settings.kinds, spec.quantile, max(horizons),
+                       min_history=eval_settings.min_history, step_seconds=spec.model.step_seconds,
+                       settings=eval_settings, options=options)
+
+
+def history_fingerprint(grid: Series, spec: ScalerSpec, settings: RetrainSettings) -> str:
+    """sha256 of the pulled history (start, step, every value, gaps included) and of what training depends
+    on besides it (the spec, the candidates, the windows): equal fingerprints train the same challenger."""
+    h = hashlib.sha256()
+    h.update(f"{grid.start.isoformat()}|{grid.step_seconds}|{len(grid)}|{spec!r}|".encode())
+    h.update(repr((settings.kinds, settings.history, settings.holdout, settings.evaluation_window,
+                   settings.min_fit)).encode())
+    h.update(np.ascontiguousarray(grid.values, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _unchanged(store: ModelStorePort, model_name: str, fingerprint: str) -> str | None:
+    """The serving version when it was trained on exactly this history (so retraining would repeat it)."""
+    if store.serving_version(model_name) is None:
+        return None
+    try:
+        serving = store.load_serving(model_name)
+    except (ModelError, ConfigError):
+        return None  # refused: retrain, and the comparison below says why
+    return serving.version if serving.history_sha256 == fingerprint else None
+
+
 def _serving(store: ModelStorePort, model_name: str, serving_version: str | None, grid: Series,
              hold_start: int) -> tuple[int, FittedModel | None, str | None]:
     """The serving model (None: there is none, or it was refused, and why), and the first step of
@@ -175,7 +216,7 @@ def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelS
                             max_missing_fraction=settings.max_missing_fraction)
     grid = model_series(demand, step)
     notes: list[str] = []
-    capacity, idle = _gpu_facts(target, history, grid, end, settings, notes)
+    capacity, idle, base = _serving_facts(target, history, grid, end, settings, notes, base)
 
     hold = int(settings.holdout.total_seconds() // grid.step_seconds)
     fit_part = grid.slice(0, len(grid) - hold)
@@ -185,13 +226,12 @@ def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelS
                         f"to evaluate candidates; it needs about "
                         f"{format_duration(settings.min_fit + settings.holdout + MIN_SCORED)} of history")
     horizons = horizons_for(spec)
-    eval_settings = EvaluationSettings(quantile=spec.quantile, horizons=horizons,
-                                       min_history=fit_part.span - scored)
-    # Past occurrences of the scaler's scheduled events are Prophet's holidays for this fit.
-    options = event_policy.forecaster_options(spec.events, fit_part.start.timestamp(), fit_part.end.timestamp())
-    result = train_model(fit_part, settings.kinds, spec.quantile, max(horizons),
-                         min_history=eval_settings.min_history, step_seconds=step, settings=eval_settings,
-                         options=options)
+    fingerprint = history_fingerprint(grid, spec, settings)
+    if (unchanged := _unchanged(store, model_name, fingerprint)) is not None:
+        return replace(base, result="kept", serving_version=unchanged, notes=tuple(notes), capacity=capacity,
+                       idle_gpus=idle, reason=(f"history unchanged since serving version {unchanged} was trained "
+                                               "on it (same fingerprint): nothing new to learn; keep serving"))
+    result = _fit_challenger(fit_part, spec, settings, horizons, scored)
     challenger = result.model
 
     serving_version = store.serving_version(model_name)
@@ -230,7 +270,8 @@ def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelS
     metrics = dict(result.metrics)
     metrics["fit_seconds_final"] = result.fit_seconds
     metrics["holdout"] = comparison
-    metrics["retrain"] = {"run_id": run_id, "scaler": target.key, "decision": decision.reason}
+    metrics["retrain"] = {"run_id": run_id, "scaler": target.key, "decision": decision.reason,
+                          "history_sha256": fingerprint}
     version = store.publish(model_name, challenger, window=TrainingWindow.of(fit_part), metrics=metrics,
                             capacity=capacity)
     try:
@@ -240,6 +281,14 @@ def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelS
                        reason=(f"published version {version} was refused when verified ({exc}); still "
                                f"serving {serving_version or 'nothing (the controller stays reactive)'}"))
     return replace(outcome, version=version, serving_version=version)
+
+
+def _serving_facts(target: ScalerTarget, history: HistoryPort, grid: Series, end: datetime,
+                   settings: RetrainSettings, notes: list[str],
+                   base: ScalerOutcome) -> tuple[dict[str, Any] | None, dict[str, Any] | None, ScalerOutcome]:
+    """The DCGM facts and the capacity learned at the SLO; problems are notes."""
+    capacity, idle = _gpu_facts(target, history, grid, end, settings, notes)
+    return capacity, idle, replace(base, learned_capacity=_learned_capacity(target, history, end, notes))
 
 
 def _gpu_facts(target: ScalerTarget, history: HistoryPort, grid: Series, end: datetime,
@@ -271,3 +320,29 @@ def _gpu_facts(target: ScalerTarget, history: HistoryPort, grid: Series, end: da
         except DataError as exc:
             notes.append(str(exc))
     return (capacity.to_dict() if capacity else None), (idle.to_dict() if idle else None)
+
+
+def _learned_capacity(target: ScalerTarget, history: HistoryPort, end: datetime,
+                      notes: list[str]) -> dict[str, Any] | None:
+    """Capacity per replica at ``capacity.slo`` from the served rate, latency and running batch the server
+    exports; a problem is a note, never a failure. None when no SLO is set or the history port has no
+    serving history (the backtest's trace replay)."""
+    spec = target.spec
+    assert spec is not None
+    slo_spec = spec.capacity.slo
+    if slo_spec is None or not isinstance(history, ServingPort):
+        return None
+    start = end - timedelta(hours=slo_spec.history_hours)
+    slo = (Slo.latency(slo_spec.latency_p95_ms / 1000, 0.95) if slo_spec.latency_p95_ms is not None
+           else Slo.knee())
+    try:
+        signals = history.serving(target, start, end)
+        found = estimate_slo_capacity(
+            signals.served, signals.mean_latency, slo=slo, latency_quantile=signals.latency_quantile,
+            running=signals.running, gpu_util=signals.gpu_util, window_seconds=signals.window_seconds,
+            unit=spec.demand_unit)
+    except ScalerError as exc:
+        notes.append(f"capacity at the SLO not learned ({exc})")
+        return None
+    return learned_capacity_record(found.kind, found.value, found.low, found.high, found.unit, slo.describe(),
+                                   found.explanation)

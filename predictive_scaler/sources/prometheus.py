@@ -23,6 +23,12 @@ Which call goes through what:
   ``errorType`` and a non-JSON body as such, which the client's
   ``custom_query`` hides (it returns ``data.result`` or raises on a status).
 
+Credentials, TLS and headers (:mod:`.prometheus_auth`: bearer token and basic auth from files,
+a CA bundle, a client certificate, tenant headers, AWS SigV4, Google credentials) go the same way
+on both paths: one ``requests`` auth handed to the client and to the raw calls, and the session's
+``verify``/``cert``. A 401 names the credential flags, a 403 the tenant header, a certificate that
+does not verify ``--prometheus-ca-file``; no credential is ever shown (:meth:`PrometheusSource.hide_secrets`).
+
 Retries are one tenacity policy for both paths (``PrometheusRetry``: bounded attempts,
 backoff 0.5·2^k s capped, at most 30 s in all on the injected clock), sleeping with
 the injected ``sleep``.
@@ -52,6 +58,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,6 +79,7 @@ from urllib3.util.retry import Retry
 from predictive_scaler.clock import Clock, SystemClock
 from predictive_scaler.core.values import DemandSample
 from predictive_scaler.errors import DataError, SourceError
+from predictive_scaler.sources.prometheus_auth import CREDENTIAL_HINT, FLAGS, PrometheusAuth
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +242,8 @@ class PrometheusSource:
     retry_budget_seconds: float = 30.0
     #: What the user sets the timeout with (a command's ``--timeout``), named when a call times out.
     timeout_setting: str = "the Prometheus timeout"
+    #: Credentials, CA and client certificate, custom headers (:mod:`.prometheus_auth`); None: none.
+    auth: PrometheusAuth | None = None
 
     def __post_init__(self) -> None:
         _check_url(self.url)
@@ -241,6 +251,15 @@ class PrometheusSource:
         #: The URL as every message shows it: credentials in it never printed.
         self.shown = redact_url(self.url)
         self._secrets = _secrets_of(self.url)
+        auth = self.auth or PrometheusAuth()
+        # One set of request settings for both paths: prometheus-api-client passes the session's
+        # verify and cert and its own auth to every call; the raw path passes the same explicitly
+        # (an explicit verify also keeps $REQUESTS_CA_BUNDLE from replacing the CA given here).
+        self._auth = auth.requests_auth()
+        self._verify = auth.verify
+        self._cert = auth.cert
+        self.session.verify = self._verify
+        self.session.cert = self._cert
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise SourceError(f"{self.timeout_setting} must be a positive number of seconds, got {self.timeout!r}; "
                               "e.g. 30")
@@ -261,7 +280,7 @@ class PrometheusSource:
     def hide_secrets(self, text: str) -> str:
         """``text`` with the URL's user and password replaced by ``***``: for text a server wrote, which
         may echo them back (an error quoting the request, a redirect's Location)."""
-        for secret in self._secrets:
+        for secret in (*self._secrets, *(self._auth.secrets() if self._auth is not None else ())):
             text = text.replace(secret, "***")
         return text
 
@@ -277,7 +296,7 @@ class PrometheusSource:
             # ConnectionError: a slow Prometheus would read as one that cannot be reached).
             client = PrometheusConnect(url=self.url, headers=dict(self.headers) or None, session=self.session,
                                        retry=Retry(total=0, read=False, raise_on_status=False),
-                                       timeout=timeout)  # type: ignore[arg-type]
+                                       auth=self._auth, timeout=timeout)  # type: ignore[arg-type]
             self._clients[timeout] = client
         return client
 
@@ -292,14 +311,20 @@ class PrometheusSource:
     def _check_connection(self, timeout: float) -> str | None:
         try:
             resp = self.session.get(f"{self.url}/api/v1/query", params={"query": "1"},
-                                    headers=dict(self.headers), timeout=timeout)
+                                    headers=dict(self.headers), timeout=timeout, auth=self._auth,
+                                    verify=self._verify, cert=self._cert)
         except requests.RequestException as exc:
             failure = _transport_error(exc, self.shown, timeout, self.timeout_setting)
             what = failure.summary if isinstance(failure, _Retryable) else type(exc).__name__
             return f"Prometheus at {self.shown} unreachable ({what})"
         except SourceError as exc:
             return str(exc)
-        return None if resp.ok else f"Prometheus at {self.shown} answered with an error status"
+        if resp.ok:
+            return None
+        verdict = _status_verdict(resp.status_code)
+        if verdict in ("credentials", "permission"):
+            return f"Prometheus at {self.shown} {_REFUSALS[verdict].format(status=resp.status_code, base=self.shown)}"
+        return f"Prometheus at {self.shown} answered with an error status"
 
     # -- queries --------------------------------------------------------------------------------
     @_hiding_secrets
@@ -506,7 +531,8 @@ class PrometheusSource:
         """One raw GET: the instant queries the controller decides on, whose ``warnings`` must be read."""
         self.requests_made += 1
         try:
-            resp = self.session.get(url, params=params, headers=dict(self.headers), timeout=self.timeout)
+            resp = self.session.get(url, params=params, headers=dict(self.headers), timeout=self.timeout,
+                                    auth=self._auth, verify=self._verify, cert=self._cert)
         except requests.RequestException as exc:
             raise _transport_error(exc, self.shown, self.timeout, self.timeout_setting) from exc
         return self._answer(resp, query)
@@ -609,10 +635,12 @@ _REFUSALS: dict[str, str] = {
     "redirect": ("answered a redirect (HTTP {status}) without a Location; redirects are never followed: use "
                  "the address Prometheus answers at directly"),
     "credentials": ("refused the credentials (HTTP {status} Unauthorized): a proxy or Prometheus in front "
-                    "asks for a login; put the user and password in the URL (http://user:password@host:9090) "
-                    "or check the ones it has"),
+                    "asks for credentials; give them with " + CREDENTIAL_HINT.replace("{", "{{").replace("}", "}}")
+                    + ", or put the user and password in the URL (http://user:password@host:9090); if some are "
+                    "given, check that they are current"),
     "permission": ("denied permission (HTTP {status} Forbidden): the credentials were accepted but may not "
-                   "query Prometheus; grant them read access to Prometheus's query API, or use other ones"),
+                   "query Prometheus (or this tenant); grant them read access to Prometheus's query API, check "
+                   f"the tenant header ({FLAGS['headers']} X-Scope-OrgID=TENANT), or use other credentials"),
     "no-api": ("does not exist (HTTP {status} Not Found): no Prometheus query API at that path; give "
                "Prometheus's base URL — with its path prefix if it is served under one (--web.route-prefix, "
                "e.g. {base}/prometheus)"),
@@ -679,8 +707,13 @@ def _transport_error(exc: requests.RequestException, shown: str, timeout: float,
     connection, a SourceError otherwise."""
     causes = list(_causes(exc))
     if isinstance(exc, requests.exceptions.SSLError):
+        if any(isinstance(c, ssl.SSLCertVerificationError) for c in causes):
+            return SourceError(f"TLS with Prometheus at {shown} failed: its certificate could not be verified "
+                               f"(certificate verify failed); give the CA bundle that signed it with "
+                               f"{FLAGS['ca_file']} FILE (PREDICTIVE_SCALER_PROMETHEUS_CA_FILE)")
         return SourceError(f"TLS with Prometheus at {shown} failed ({type(causes[-1]).__name__}): if it serves plain "
-                           "HTTP, give an http:// URL; if it serves HTTPS, check its certificate")
+                           "HTTP, give an http:// URL; if it asks for a client certificate (mTLS), give "
+                           f"{FLAGS['cert_file']} and {FLAGS['key_file']}; else check its certificate")
     if any(isinstance(c, NameResolutionError | socket.gaierror) for c in causes):
         host = urlsplit(shown).hostname or "?"
         return _Retryable(f"cannot connect (the host name {host!r} does not resolve)",

@@ -25,6 +25,7 @@ OVERLAYS: dict[str, Path] = {
     "default": DEPLOY / "overlays" / "default",
     "prometheus-operator": DEPLOY / "overlays" / "prometheus-operator",
     "sharded": DEPLOY / "overlays" / "sharded",
+    "keda-ha": DEPLOY / "overlays" / "keda-ha",
     "example-vllm-forecast-only": DEPLOY / "examples" / "vllm-forecast-only",
     "example-vllm-keda": DEPLOY / "examples" / "vllm-keda",
 }

@@ -70,7 +70,14 @@ INSTALLS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     # sent without its claim.
     "kustomize-sharded": lambda: [o for o in render(OVERLAYS["sharded"]) if o["kind"] != "PersistentVolumeClaim"],
     "helm-platform-values": lambda: helm_render(PLATFORM_VALUES, name="ml", namespace=PLATFORM_NAMESPACE),
+    # The KEDA-only Deployment beside the controller, with TLS (the Secret need not exist for admission),
+    # and the overlay that equals it (tests/deploy/test_keda_ha.py); their PodDisruptionBudget is policy/v1.
+    "helm-keda-ha": lambda: helm_render({"keda": {"highAvailability": {"enabled": True},
+                                                  "tls": {"secretName": "predictive-scaler-keda-tls", "clientCA": True}}}),
+    "kustomize-keda-ha": lambda: render(OVERLAYS["keda-ha"]),
 }
+#: The installs with a policy/v1 PodDisruptionBudget (validated offline: 1.20 serves policy/v1beta1 only).
+WITH_PDB = {"helm-platform-values", "helm-keda-ha", "kustomize-keda-ha"}
 
 
 @pytest.mark.parametrize("install", INSTALLS, ids=list(INSTALLS))
@@ -79,7 +86,7 @@ def test_the_helm_install_is_admitted_by_the_real_api_server(kube_api: KubeApiSe
     keep, left = served([o for o in objects if (o["apiVersion"], o["kind"]) not in NOT_SERVED_BY_1_20])
     assert [o["kind"] for o in left] == ["CronJob"]  # batch/v1 CronJob is 1.21+, as for kustomize
     pdbs = [o for o in objects if (o["apiVersion"], o["kind"]) in NOT_SERVED_BY_1_20]
-    assert len(pdbs) == (install == "helm-platform-values")
+    assert len(pdbs) == (install in WITH_PDB)
     if install == "helm-platform-values":
         kube_api.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLATFORM_NAMESPACE}}])
     done = kube_api.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(keep))
@@ -95,6 +102,9 @@ def test_the_helm_install_is_admitted_by_the_real_api_server(kube_api: KubeApiSe
         assert "Deployment" not in kinds  # one controller workload, never both
     if "sharded" in install:
         assert "statefulset.apps/predictive-scaler-controller created (server dry run)" in done.stdout
+    if "keda-ha" in install:
+        assert "deployment.apps/predictive-scaler-keda created (server dry run)" in done.stdout
+        assert "deployment.apps/predictive-scaler-controller configured (server dry run)" in done.stdout
     if install == "helm-platform-values":
         assert "statefulset.apps/ml-predictive-scaler-controller created (server dry run)" in done.stdout
         assert "clusterrolebinding.rbac.authorization.k8s.io/ml-predictive-scaler-controller created" in done.stdout

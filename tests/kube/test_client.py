@@ -74,6 +74,7 @@ def test_a_tour_of_the_adapter_uses_every_documented_call(fake_api, cluster):
     cluster.get_scaler("llm", NS)
     cluster.list_scalers(NS)
     cluster.list_scalers()
+    cluster.namespace_labels(NS)
     cluster.patch_status("llm", NS, {"ok": True})
     assert cluster.ping(timeout=2.0) is None
     serve_hpa_versions(fake_api, ("v2beta2",))  # an older server: the v2beta2 row

@@ -359,7 +359,7 @@ STORE_IO: list[Case] = [
          ("store/api: is a regular file, not a directory", "the store keeps model 'api' there", "move it aside"),
          {"store/api": "a file where a model's directory goes\n"}),
     Case("store-root-is-a-file-list", "models list --store {d}/notastore", 2,
-         ("--store", "notastore: is a regular file, not a directory", "the directory `train --out` wrote to"),
+         ("--store", "notastore: is a regular file, not a directory", "`train --out` wrote to"),
          {"notastore": "a file\n"}),
     Case("serving-links-out-of-the-store-forecast", FORECAST, 2,
          ("serving: is a symbolic link to", "secret.txt", "serving pointer is damaged", ROLLBACK_ADVICE),

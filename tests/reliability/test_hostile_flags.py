@@ -198,7 +198,7 @@ CASES: list[Case] = [
          FORECAST.replace("good.csv", "t.csv") + " --at 2024-03-31T02:30:00 --timezone Europe/Berlin", 2,
          ("--at '2024-03-31T02:30:00' does not exist or happens twice in Europe/Berlin", "UTC offset"),
          {"t.csv": csv(rows(288, start=pd.Timestamp("2024-03-30T12:00:00Z")))}),
-    flag("train-series-traversal", TRAIN + " --series ../x", "--series", "invalid model name '../x'"),
+    flag("train-series-traversal", TRAIN + " --series ../x", "--series", "invalid series '../x'"),
     *(Case(f"controller-{id}", CONTROLLER + " " + argv, 2, says, {"kc": "clusters: [\n"}, env={"KUBECONFIG": ""})
       for id, argv, says in [
           ("interval-zero", "--interval 0", ("reconcile interval 0.0 s is outside 5–600 s", "default is 60")),

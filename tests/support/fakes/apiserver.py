@@ -65,6 +65,7 @@ BUILTIN_TYPES = (
     ResourceType("", "v1", "Pod", "pods", status=True),
     ResourceType("", "v1", "Node", "nodes", namespaced=False, status=True),
     ResourceType("", "v1", "Event", "events"),
+    ResourceType("", "v1", "Namespace", "namespaces", namespaced=False, status=True),
     ResourceType(
         "", "v1", "ReplicationController", "replicationcontrollers", scale=True, status=True
     ),

@@ -64,6 +64,9 @@ The component's podLabels and podAnnotations are added; the chart's own win on a
 {{- $values := index $root.Values $who }}
 {{- $labels := include "predictive-scaler.selector" (list $root $who) | fromYaml }}
 {{- $_ := set $labels "app.kubernetes.io/part-of" "predictive-scaler" }}
+{{- if and (eq $who "controller") (eq (include "predictive-scaler.kedaHighAvailability" $root) "true") }}
+{{- $labels = merge $labels (include "predictive-scaler.kedaServerLabel" $root | fromYaml) }}
+{{- end }}
 {{- $annotations := merge (index . 2) (deepCopy ($values.podAnnotations | default dict)) -}}
 labels:
   {{- toYaml (merge $labels (deepCopy ($values.podLabels | default dict))) | nindent 2 }}
@@ -161,6 +164,7 @@ spec:
         {{- end }}
       env:
         {{- include "predictive-scaler.env" . | nindent 8 }}
+        {{- include "predictive-scaler.prometheusAuthEnv" . | nindent 8 }}
         {{- if gt (int .Values.sharding.replicas) 1 }}
         # Shard index: the ordinal ending $HOSTNAME (the pod name); count: the replicas.
         - name: PREDICTIVE_SCALER_SHARD_COUNT
@@ -170,6 +174,7 @@ spec:
             fieldRef:
               fieldPath: metadata.namespace
         {{- end }}
+        {{- include "predictive-scaler.kedaTlsEnv" . | nindent 8 }}
         {{- with $values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -213,6 +218,8 @@ spec:
         - name: models
           mountPath: /var/lib/predictive-scaler/models
           readOnly: true
+        {{- include "predictive-scaler.prometheusAuthMounts" . | nindent 8 }}
+        {{- include "predictive-scaler.kedaTlsMount" . | nindent 8 }}
         {{- with $values.extraVolumeMounts }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -223,6 +230,8 @@ spec:
     - name: models
       persistentVolumeClaim:
         claimName: {{ $fullname }}-models
+    {{- include "predictive-scaler.prometheusAuthVolumes" . | nindent 4 }}
+    {{- include "predictive-scaler.kedaTlsVolume" . | nindent 4 }}
     {{- with $values.extraVolumes }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -254,4 +263,72 @@ true
 {{- else if not .Values.prometheus.externalCIDRs -}}
 {{- fail (printf "prometheus.url's host %q is not a Service of this cluster: set prometheus.externalCIDRs to the addresses it answers from (the NetworkPolicy allows egress to those alone, on port %s)" $host (include "predictive-scaler.prometheusPort" .)) -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+Prometheus authentication (prometheus.auth): the environment variables that set the
+--prometheus-* flags' defaults, and the Secrets mounted read-only for them. Secrets
+are files, never values in the pod spec; the kubelet updates a mounted Secret in
+place and the process re-reads the token or password when its file changes.
+*/}}
+{{- define "predictive-scaler.prometheusAuthEnv" -}}
+{{- $a := .Values.prometheus.auth -}}
+{{- if $a.bearerTokenSecret.name }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_BEARER_TOKEN_FILE
+  value: /var/run/secrets/prometheus/bearer/{{ $a.bearerTokenSecret.key }}
+{{- end }}
+{{- if $a.basicAuthSecret.name }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_BASIC_AUTH_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ $a.basicAuthSecret.name }}
+      key: {{ $a.basicAuthSecret.usernameKey }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE
+  value: /var/run/secrets/prometheus/basic-auth/{{ $a.basicAuthSecret.passwordKey }}
+{{- end }}
+{{- if $a.tlsSecret.name }}
+{{- if $a.tlsSecret.caKey }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_CA_FILE
+  value: /var/run/secrets/prometheus/tls/{{ $a.tlsSecret.caKey }}
+{{- end }}
+{{- if and $a.tlsSecret.certKey $a.tlsSecret.keyKey }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_CERT_FILE
+  value: /var/run/secrets/prometheus/tls/{{ $a.tlsSecret.certKey }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_KEY_FILE
+  value: /var/run/secrets/prometheus/tls/{{ $a.tlsSecret.keyKey }}
+{{- else if or $a.tlsSecret.certKey $a.tlsSecret.keyKey }}
+{{- fail "prometheus.auth.tlsSecret: a client certificate needs both certKey and keyKey" }}
+{{- end }}
+{{- end }}
+{{- if $a.insecureSkipVerify }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_INSECURE_SKIP_VERIFY
+  value: "true"
+{{- end }}
+{{- with $a.headers }}
+- name: PREDICTIVE_SCALER_PROMETHEUS_HEADERS
+  value: {{ range $i, $name := keys . | sortAlpha }}{{ if $i }},{{ end }}{{ $name }}={{ index $a.headers $name }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{- define "predictive-scaler.prometheusAuthMounts" -}}
+{{- $a := .Values.prometheus.auth -}}
+{{- range $dir, $secret := dict "bearer" $a.bearerTokenSecret "basic-auth" $a.basicAuthSecret "tls" $a.tlsSecret }}
+{{- if $secret.name }}
+- name: prometheus-{{ $dir }}
+  mountPath: /var/run/secrets/prometheus/{{ $dir }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "predictive-scaler.prometheusAuthVolumes" -}}
+{{- $a := .Values.prometheus.auth -}}
+{{- range $dir, $secret := dict "bearer" $a.bearerTokenSecret "basic-auth" $a.basicAuthSecret "tls" $a.tlsSecret }}
+{{- if $secret.name }}
+- name: prometheus-{{ $dir }}
+  secret:
+    secretName: {{ $secret.name }}
+    defaultMode: 0444
+{{- end }}
+{{- end }}
 {{- end }}
