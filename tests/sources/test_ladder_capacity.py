@@ -6,7 +6,9 @@ Prometheus as one vLLM pod's own series, one sample a second: the served counter
 the mean of a log-normal through its p50 and p95), and the ``vllm:num_requests_running`` gauge. The job's
 learning (``_learned_capacity`` over the job's own ``PrometheusHistory``: the preset's PromQL, then
 ``estimate_slo_capacity``) must find each saturated ladder's plateau within ±20 % and give a lower bound
-for encoder-serial, which never saturated.
+for encoder-serial, which never saturated — and for each saturated ladder cut to the steps offered at
+most 30 % of its plateau (the test cuts by the offered rate; the job never reads it), a lower bound
+between the most it served and the plateau that says the knee was not observed.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ TARGETS = {"encoder-serial": "encserial", "encoder-batched": "encbatched", "deco
            "decoder-batched": "decbatched"}
 
 
-def _exported(name: str) -> tuple[str, Series, Series, Series, Series]:
+def _exported(name: str, up_to: float | None = None) -> tuple[str, Series, Series, Series, Series]:
     frame = gpu_ladders.rows(name)
+    if up_to is not None:  # the ladder until its offered rate first passes ``up_to``
+        over = np.flatnonzero(frame["offered_rate"].to_numpy(dtype=float) > up_to)
+        frame = frame.iloc[: over[0] if over.size else len(frame)].reset_index(drop=True)
     served = frame["served"].to_numpy(dtype=float)
     p50 = frame["p50_ms"].to_numpy(dtype=float) / 1000
     p95 = np.maximum(frame["p95_ms"].to_numpy(dtype=float) / 1000, p50)
@@ -50,19 +55,20 @@ def _exported(name: str) -> tuple[str, Series, Series, Series, Series]:
             s(frame["mean_batch"].to_numpy(dtype=float)))
 
 
+def _backfilled(prometheus_factory: object, name: str, up_to: float | None = None) -> PrometheusServer:
+    """A Prometheus holding one ladder (a counter family is one series split over its pods)."""
+    labels = {"namespace": "lab"}
+    pod, served, latency_sum, latency_count, running = _exported(name, up_to)
+    gauges = [GaugeFamily(metric, [({**labels, "pod": pod}, series)]) for metric, series in (
+        ("vllm:e2e_request_latency_seconds_sum", latency_sum),
+        ("vllm:e2e_request_latency_seconds_count", latency_count), ("vllm:num_requests_running", running))]
+    counters = [CounterFamily("vllm:request_success_total", served, (pod,), labels=labels, reset_every=None)]
+    return prometheus_factory(counters=counters, gauges=gauges, sample_step=1)  # type: ignore[operator, no-any-return]
+
+
 @pytest.fixture(scope="module")
 def servers(prometheus_factory: object) -> dict[str, PrometheusServer]:
-    """One Prometheus per ladder (a counter family is one series split over its pods)."""
-    out = {}
-    labels = {"namespace": "lab"}
-    for name in TARGETS:
-        pod, served, latency_sum, latency_count, running = _exported(name)
-        gauges = [GaugeFamily(metric, [({**labels, "pod": pod}, series)]) for metric, series in (
-            ("vllm:e2e_request_latency_seconds_sum", latency_sum),
-            ("vllm:e2e_request_latency_seconds_count", latency_count), ("vllm:num_requests_running", running))]
-        counters = [CounterFamily("vllm:request_success_total", served, (pod,), labels=labels, reset_every=None)]
-        out[name] = prometheus_factory(counters=counters, gauges=gauges, sample_step=1)  # type: ignore[operator]
-    return out
+    return {name: _backfilled(prometheus_factory, name) for name in TARGETS}
 
 
 def _learn(server: PrometheusServer, name: str) -> dict[str, object]:
@@ -100,3 +106,19 @@ def test_serving_a_learned_capacity_is_guarded() -> None:
     low = {"kind": "lower-bound", "value": 20.0}
     assert serve_learned_capacity(60.0, low, floor=50.0)[0] == 50.0  # never below the floor from a bound
     assert serve_learned_capacity(60.0, {"kind": "lower-bound", "value": 90.0}, floor=50.0)[0] == 90.0
+
+
+@pytest.mark.parametrize("name", gpu_ladders.SATURATED)
+def test_below_thirty_percent_of_the_plateau_it_is_a_lower_bound(prometheus_factory: object, name: str) -> None:
+    plateau = gpu_ladders.plateau(name)
+    assert plateau is not None
+    cut = 0.3 * plateau
+    got = _learn(_backfilled(prometheus_factory, name, up_to=cut), name)
+    frame = gpu_ladders.rows(name)
+    seen = frame["served"].to_numpy(dtype=float)[: int(np.argmax(frame["offered_rate"].to_numpy() > cut))]
+    assert got["kind"] == "lower-bound", got["explanation"]
+    value = float(got["value"])  # type: ignore[arg-type]
+    # The most it served in a window (a 15-s mean: at most the busiest second, at least most of the cut),
+    # never the plateau it never reached.
+    assert 0.5 * cut <= value <= min(plateau, seen.max()), (value, cut, plateau)
+    assert "the knee was not observed" in str(got["explanation"]), got["explanation"]
