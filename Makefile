@@ -86,6 +86,11 @@ bench-forecast: $(STAMP)
 bench-peers: $(PEERS_STAMP)
 	$(PEERS_VENV)/bin/python -m benchmarks.forecast_peers --traces $(TRACES) --out backtests/results/peers.md
 
+## bench-heldout: the forecasting defaults chosen leave-one-trace-out, with held-out and validation figures (in .venv-peers)
+.PHONY: bench-heldout
+bench-heldout: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m benchmarks.forecast_heldout --traces $(TRACES) --cost --out backtests/results/heldout.md
+
 bench-backtest: $(STAMP)
 	$(BIN)/python -m benchmarks.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md
 

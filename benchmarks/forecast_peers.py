@@ -31,7 +31,7 @@ import numpy as np
 from benchmarks.common import reexec_with_one_blas_thread, write_markdown
 from benchmarks.forecast import machine
 from predictive_scaler.forecasting.metrics import geometric_mean_interval
-from predictive_scaler.forecasting.registry import FORECASTER_KINDS, parse_kinds
+from predictive_scaler.forecasting.registry import DEFAULT_CANDIDATES, parse_kinds
 from predictive_scaler.forecasting.rolling_origin import (
     INTERVAL_LEVEL,
     ProtocolSettings,
@@ -378,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     parser.add_argument("--traces", default="backtests/traces")
     parser.add_argument("--out", default="backtests/results/peers.md")
     parser.add_argument("--only", default="", help="comma-separated trace names (default: the long traces)")
-    parser.add_argument("--models", default=",".join(FORECASTER_KINDS))
+    parser.add_argument("--models", default=",".join(DEFAULT_CANDIDATES),
+                        help="the candidates `train` chooses from (default: the default variant's)")
     parser.add_argument("--peers", default=",".join(PEER_NAMES))
     parser.add_argument("--no-timing", action="store_true")
     parser.add_argument("--timing-only", action="store_true",

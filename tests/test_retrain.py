@@ -238,7 +238,9 @@ def test_a_worse_challenger_is_not_promoted(tmp_path: Path) -> None:
     assert "keep serving" in out.reason
     ch = out.comparison["challenger"]["30m"]
     sv = out.comparison["serving"]["30m"]
-    assert abs(ch["coverage"] - 0.95) > abs(sv["coverage"] - 0.95) + 0.01
+    # Worse on the real held-out days: by pinball beyond the tolerance, or by coverage further from 0.95
+    # (which one depends on how the calibration weighs the calm week: the guard refuses either).
+    assert ch["pinball"] > sv["pinball"] or abs(ch["coverage"] - 0.95) > abs(sv["coverage"] - 0.95) + 0.01, (ch, sv)
     assert store.pointer("chat").version == served.version  # type: ignore[union-attr]
     assert versions(store, "chat") == [served.version]  # a rejected challenger is not published
 

@@ -58,6 +58,20 @@ TRACKING_RATES: tuple[float, ...] = (0.0, 0.05, 0.15, 0.3)
 #: is noise and the rate is DEFAULT_TRACKING_RATE.
 TRACKING_CHOICE_SECONDS = 6 * 86400
 DEFAULT_TRACKING_RATE = 0.15
+#: The tracker's step never falls below this share of what a random walk at the recent volatility
+#: would give as the scores' interquartile range (1.35 × RMS one-step change × √h, over the last
+#: VOLATILITY_WINDOW steps before the origin), times the rate. The step is otherwise in units of the
+#: calibration scores' IQR, which is zero when the calibration window was flat (a stream that was
+#: idle for a week and then started): the tracker could not move at all and the P95 stayed at the
+#: point forecast. A floor, not a second scale: it binds only where the traffic now moves several
+#: times more than the calibration window did. Fixed a priori, not tuned.
+TRACKING_FLOOR_SHARE = 0.25
+_IQR_PER_SD = 1.35
+#: The tracker's replay gathers this many scores at a time (memory, not results).
+TRACK_BLOCK_VALUES = 1 << 20
+#: ... when one replayed step holds at most this many (a served forecast with online weights:
+#: 49 origins); above it, step by step.
+TRACK_SMALL_VALUES = 4096
 
 
 def _fwd(values: np.ndarray, log_offset: float, additive: bool) -> np.ndarray:
@@ -73,9 +87,12 @@ def _with_median(quantiles: Sequence[float]) -> tuple[float, ...]:
     return tuple(sorted({0.5, *quantiles}))
 
 
-def recent_volatility(values: np.ndarray, origins: np.ndarray, log_offset: float, window: int) -> np.ndarray:
-    """RMS of the one-step log changes in the ``window`` steps up to each origin (NaN if none)."""
-    logy = observed_log(values, log_offset)
+def recent_volatility(values: np.ndarray, origins: np.ndarray, log_offset: float, window: int,
+                      additive: bool = False) -> np.ndarray:
+    """RMS of the one-step log changes (``additive``: changes in demand units) in the ``window``
+    steps up to each origin (NaN if none)."""
+    logy = np.where(np.isfinite(values), np.asarray(values, dtype=float), np.nan) if additive else observed_log(
+        values, log_offset)
     d2 = np.diff(logy, prepend=np.nan) ** 2
     ok = np.isfinite(d2)
     csum = np.concatenate([[0.0], np.cumsum(np.where(ok, d2, 0.0))])
@@ -108,6 +125,9 @@ class CalibratedModel(FittedModel):
     #: Shifts in demand units (additive, as statsforecast's conformal intervals) instead of on
     #: the log scale; chosen per model and series by :func:`selection.train_candidates`.
     additive: bool = False
+    #: The tracker's step floor as a share of the recent volatility's random-walk IQR
+    #: (:data:`TRACKING_FLOOR_SHARE`; 0: none, as in artifacts written before it).
+    tracking_floor: float = 0.0
     kind: ClassVar[str] = "calibrated"
 
     def __post_init__(self) -> None:
@@ -142,7 +162,8 @@ class CalibratedModel(FittedModel):
         grid = np.asarray(self.quantiles)
         return np.array([[np.interp(q, grid, table[:, h]) for h in range(horizon_steps)] for q in quantiles])
 
-    def _tracked(self, scores: np.ndarray, first: np.ndarray, quantiles: Sequence[float]) -> np.ndarray:
+    def _tracked(self, scores: np.ndarray, first: np.ndarray, quantiles: Sequence[float],
+                 volatility: np.ndarray | None = None) -> np.ndarray:
         """(n, k, h) shifts at each origin after replaying the tracker over its window.
 
         ``scores[j, k, h]`` is log(actual) - log(base quantile k) for the forecast issued at
@@ -155,6 +176,11 @@ class CalibratedModel(FittedModel):
         eta = self._shift(quantiles, h_max, self.tracking_steps)
         keep = np.abs(np.asarray(quantiles) - 0.5) > 1e-9  # the median is not tracked
         eta = np.where(keep[:, None], eta, 0.0)
+        if self.tracking_floor > 0 and volatility is not None:
+            # Per origin: at least the floor at the recent volatility (see TRACKING_FLOOR_SHARE).
+            walk = _IQR_PER_SD * np.sqrt(np.arange(1, h_max + 1))[None, None, :] * np.nan_to_num(volatility)[:, None, None]
+            floor = self.tracking_floor * self.tracking_rate * walk
+            eta = np.where(keep[None, :, None], np.maximum(eta[None], floor), 0.0)
         return track_shifts(scores, first, static, eta, np.asarray(quantiles, dtype=float), self.tracking_window)
 
     @property
@@ -225,7 +251,9 @@ class CalibratedModel(FittedModel):
         base_q = raw_all[:, [base_qs.index(q) for q in qs], :]
         scores = actual_t[:, None, :] - np.where(np.isfinite(base_q), _fwd(base_q, self.log_offset, self.additive),
                                                  np.nan)
-        shift = self._tracked(scores, idx - lo, qs)
+        vol = (recent_volatility(series.values, idx, self.log_offset, self.volatility_window, self.additive)
+               if self.tracking_floor > 0 else None)
+        shift = self._tracked(scores, idx - lo, qs, vol)
         raw = raw_all[idx - lo, :, :horizon_steps]
         stacked = np.concatenate([raw[:, [base_qs.index(0.5)]], raw[:, [base_qs.index(q) for q in qs]]], axis=1)
         return self._apply(stacked, qs, self._scale(series.values, idx), shift[:, :, :horizon_steps])
@@ -243,6 +271,7 @@ class CalibratedModel(FittedModel):
             "tracking_steps": [list(r) for r in self.tracking_steps],
             "tracking_rate": self.tracking_rate,
             "additive": self.additive,
+            **({"tracking_floor": self.tracking_floor} if self.tracking_floor else {}),
         }
 
     @classmethod
@@ -260,6 +289,7 @@ class CalibratedModel(FittedModel):
             tracking_window = int(params.get("tracking_window", 0))
             tracking_steps = tuple(tuple(float(v) for v in row) for row in params.get("tracking_steps", ()))
             tracking_rate = float(params.get("tracking_rate", 0.0))
+            tracking_floor = float(params.get("tracking_floor", 0.0))
             additive = params.get("additive", False)
             if not isinstance(additive, bool):
                 raise TypeError("additive must be true or false")
@@ -272,12 +302,14 @@ class CalibratedModel(FittedModel):
         if not (math.isfinite(floor) and floor >= 0) or vol_window < 1:
             raise ModelError("calibration volatility settings are out of range; retrain the model")
         if tracking_window < 0 or not (math.isfinite(tracking_rate) and tracking_rate >= 0) or not all(
-                math.isfinite(v) and v >= 0 for r in tracking_steps for v in r):
+                math.isfinite(v) and v >= 0 for r in tracking_steps for v in r) or not (
+                math.isfinite(tracking_floor) and tracking_floor >= 0):
             raise ModelError("calibration tracking settings are out of range; retrain the model")
         return cls(base=model_from_params(base_kind, base_params), quantiles=quantiles,
                    offsets=offsets, log_offset=log_offset, volatility_floor=floor,
                    volatility_window=vol_window, tracking_window=tracking_window,
-                   tracking_steps=tracking_steps, tracking_rate=tracking_rate, additive=additive)
+                   tracking_steps=tracking_steps, tracking_rate=tracking_rate, additive=additive,
+                   tracking_floor=tracking_floor)
 
 
 def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: np.ndarray,
@@ -286,19 +318,48 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
 
     ``scores`` (N, k, h) are log(actual) - log(base quantile) of the forecasts issued at each
     step (NaN where unknown); each origin t replays the ``window`` steps before it, starting at
-    ``static`` (k, h), with step ``eta`` (k, h), counting only targets observed by t.
+    ``static`` (k, h), with step ``eta`` (k, h), or (n, k, h) one per origin, counting only
+    targets observed by t.
     """
     h_max = scores.shape[2]
     if first.size <= 2:
         return _track_few(scores, first, static, eta, quantiles, window)
+    n, k = first.size, static.shape[0]
+    steps = np.broadcast_to(eta if eta.ndim == 3 else eta[None], (n, k, h_max))
     alpha = 1.0 - quantiles[:, None]  # (k, 1)
-    theta = np.repeat(static[None], first.size, axis=0)
+    theta = np.repeat(static[None].astype(float), n, axis=0)
+    # Only lanes that move are replayed (the median's step is zero), and each replayed forecast adds
+    # its precomputed step: up (a miss of the quantile) or down, zero where not observed by t —
+    # the same arithmetic, in the same order, as stepping by eta·(1[s > θ] − α).
+    lanes = np.flatnonzero(np.any(steps != 0, axis=(0, 2)))
+    if lanes.size == 0 or window <= 0:
+        return theta
+    sub = scores[:, lanes, :]
+    up = steps[:, lanes, :] * (1.0 - alpha[lanes])[None]
+    down = steps[:, lanes, :] * (0.0 - alpha[lanes])[None]
     hs = np.arange(1, h_max + 1)
-    for u in range(window):
-        j = first - window + u  # issue step of the replayed forecast
-        s = scores[np.maximum(j, 0)]  # (n, k, h)
-        seen = (j >= 0)[:, None, None] & ((j[:, None] + hs[None, :]) <= first[:, None])[:, None, :] & np.isfinite(s)
-        theta = theta + np.where(seen, eta[None] * (np.where(s > theta, 1.0, 0.0) - alpha[None]), 0.0)
+    th = theta[:, lanes, :]
+    if n * lanes.size * h_max > TRACK_SMALL_VALUES:
+        # Many origins: numpy's per-call overhead is small against the arrays; step by step.
+        for u in range(window):
+            j = first - window + u
+            got1 = sub[np.maximum(j, 0)]
+            seen1 = ((j >= 0)[:, None] & ((j[:, None] + hs[None, :]) <= first[:, None]))[:, None, :]
+            th = th + np.where(seen1 & np.isfinite(got1), np.where(got1 > th, up, down), 0.0)
+        theta[:, lanes, :] = th
+        return theta
+    chunk = max(1, TRACK_BLOCK_VALUES // max(1, n * lanes.size * h_max))
+    for u0 in range(0, window, chunk):
+        us = np.arange(u0, min(window, u0 + chunk))
+        j = first[None, :] - window + us[:, None]  # (c, n): issue steps of the replayed forecasts
+        got = sub[np.maximum(j, 0)]  # (c, n, k', h), one contiguous block per replayed step
+        seen = ((j >= 0)[:, :, None] & ((j[:, :, None] + hs[None, None, :]) <= first[None, :, None]))[:, :, None, :]
+        seen = seen & np.isfinite(got)
+        add_up = np.where(seen, up[None], 0.0)
+        add_down = np.where(seen, down[None], 0.0)
+        for c in range(us.size):
+            th = th + np.where(got[c] > th, add_up[c], add_down[c])
+    theta[:, lanes, :] = th
     return theta
 
 
@@ -314,10 +375,11 @@ def _track_few(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: n
     out = np.repeat(static[None].astype(float), first.size, axis=0)
     for i, t in enumerate(int(v) for v in first):
         lo = max(0, t - window)
+        lane = eta[i] if eta.ndim == 3 else eta
         for a in range(k):
             al = 1.0 - float(quantiles[a])
             for b in range(h_max):
-                step = float(eta[a, b])
+                step = float(lane[a, b])
                 if step == 0.0:
                     continue
                 th = float(static[a, b])
@@ -368,6 +430,31 @@ def conformal_quantile(scores: np.ndarray, q: float) -> float:
     return float(s[rank - 1])
 
 
+def weighted_conformal_quantile(scores: np.ndarray, q: float, weights: np.ndarray) -> float:
+    """The q-quantile of ``scores`` with weights (non-exchangeable conformal prediction, Barber
+    et al. 2023): the smallest score whose cumulative weight, with one more unit of weight for the
+    new score itself, reaches ``q``; the largest score where it never does. Equal weights give
+    :func:`conformal_quantile`."""
+    ok = np.isfinite(scores) & np.isfinite(weights)
+    s, w = scores[ok], np.maximum(weights[ok], 0.0)
+    if s.size < MIN_SCORES:
+        raise ModelError(
+            f"only {s.size} out-of-sample residuals to calibrate on (need {MIN_SCORES}); use a longer "
+            "calibration window"
+        )
+    order = np.argsort(s, kind="stable")
+    w = w[order] / w.max()
+    cum = np.cumsum(w) / (w.sum() + 1.0)
+    hit = np.flatnonzero(cum >= q - 1e-12)
+    return float(s[order][hit[0]] if hit.size else s[order][-1])
+
+
+def recency_weights(origins: np.ndarray, step_seconds: int, half_life_seconds: float) -> np.ndarray:
+    """Weight of each calibration origin: halved every ``half_life_seconds`` before the last one."""
+    age = (float(origins.max()) - origins.astype(float)) * step_seconds if origins.size else origins
+    return np.asarray(np.exp2(-age / half_life_seconds), dtype=float)
+
+
 def calibrate(
     base: FittedModel,
     series: Series,
@@ -379,6 +466,8 @@ def calibrate(
     adaptive: bool = False,
     tracking_rate: float | None = None,
     additive: bool = False,
+    tracking_rates: Sequence[float] = TRACKING_RATES,
+    half_life_seconds: float | None = None,
 ) -> CalibratedModel:
     """Calibrate ``base`` on the forecasts it makes from ``first_origin`` to the end of ``series``.
 
@@ -387,7 +476,10 @@ def calibrate(
     of the base model's fit window, so every score is out of sample. ``stride``
     thins the origins for models that forecast one origin at a time.
     ``adaptive`` scores residuals in units of the recent volatility, so the
-    interval widens in bursty hours and narrows in calm ones.
+    interval widens in bursty hours and narrows in calm ones. ``tracking_rates`` are the tracker
+    rates the choice is made among (when ``tracking_rate`` is None). ``half_life_seconds`` weights
+    the calibration scores by recency (:func:`weighted_conformal_quantile`): a level or volatility
+    change inside the window counts more than what came before it.
     """
     qs = check_quantiles(quantiles)
     h_max = horizon_steps or max_horizon_steps(series.step_seconds)
@@ -418,12 +510,14 @@ def calibrate(
     elif floor > 0 or stride != 1:
         rate = 0.0
     elif origins.size * series.step_seconds < TRACKING_CHOICE_SECONDS:
-        rate = DEFAULT_TRACKING_RATE
+        rate = DEFAULT_TRACKING_RATE if DEFAULT_TRACKING_RATE in tracking_rates else float(max(tracking_rates))
     else:
         q_star = min(qs, key=lambda v: abs(v - 0.95))
         base_log = log_of(forecasts[:, base_qs.index(q_star), :])
         rate = choose_tracking_rate(actual_log - base_log, base_log, actual_log, q_star, log_offset,
-                                    window, TRACKING_RATES, additive)
+                                    window, tuple(tracking_rates), additive)
+    weights = (recency_weights(origins, series.step_seconds, half_life_seconds)
+               if half_life_seconds else None)
     offsets = []
     steps = []
     for q in qs:
@@ -433,11 +527,13 @@ def calibrate(
             scores = (actual_log - log_of(forecasts[:, base_qs.index(0.5), :])) / scale[:, None]
         else:
             scores = actual_log - log_of(forecasts[:, base_qs.index(q), :])
-        offsets.append(tuple(conformal_quantile(scores[:, h], q) for h in range(h_max)))
+        offsets.append(tuple(conformal_quantile(scores[:, h], q) if weights is None
+                             else weighted_conformal_quantile(scores[:, h], q, weights) for h in range(h_max)))
         iqr = [float(np.subtract(*np.nanpercentile(scores[:, h], [75, 25]))) for h in range(h_max)]
         steps.append(tuple(rate * max(v, 0.0) for v in iqr))
     track = floor == 0 and rate > 0
     return CalibratedModel(base=base, quantiles=qs, offsets=tuple(offsets), log_offset=log_offset,
                            volatility_floor=floor, tracking_window=window if track else 0,
                            tracking_steps=tuple(steps) if track else (), tracking_rate=rate if track else 0.0,
-                           additive=additive and floor == 0)
+                           additive=additive and floor == 0,
+                           tracking_floor=TRACKING_FLOOR_SHARE if track else 0.0)

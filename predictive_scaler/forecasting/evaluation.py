@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ import numpy as np
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError, ModelError, ScalerError
 from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting.calibration import CALIBRATED_QUANTILES, calibrate
+from predictive_scaler.forecasting.defaults import DEFAULT_VARIANT, Variant
 from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale, pinball
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
@@ -101,6 +102,16 @@ class EvaluationSettings:
     tracking_rate: float | None = None
     #: Calibration shifts in demand units instead of on the log scale.
     additive_calibration: bool = False
+    #: How the served model is chosen (:class:`defaults.Variant`'s ``selection``) and the robust
+    #: candidate it falls back to.
+    selection: str = DEFAULT_VARIANT.selection
+    robust_kind: str = DEFAULT_VARIANT.robust_kind
+    #: Robust selection may serve the weighted combination (when the test tells it apart too).
+    robust_combination: bool = DEFAULT_VARIANT.robust_combination
+    #: Tracker rates the calibration chooses among, and the recency half-life of its scores.
+    tracking_rates: tuple[float, ...] = DEFAULT_VARIANT.tracking_rates
+    recency_half_life: timedelta | None = (None if DEFAULT_VARIANT.half_life_hours is None
+                                           else timedelta(hours=DEFAULT_VARIANT.half_life_hours))
 
     def __post_init__(self) -> None:
         if not (0.5 <= self.quantile < 1.0):
@@ -124,6 +135,18 @@ class EvaluationSettings:
             )
         if self.refit_every <= timedelta(0) or self.train_window <= timedelta(0):
             raise ConfigError("refit interval and training window must be positive", field="refit_every")
+
+    def with_variant(self, variant: Variant) -> EvaluationSettings:
+        """These settings with ``variant``'s selection and calibration."""
+        return replace(self, selection=variant.selection, robust_kind=variant.robust_kind,
+                       robust_combination=variant.robust_combination,
+                       tracking_rates=variant.tracking_rates,
+                       recency_half_life=None if variant.half_life_hours is None
+                       else timedelta(hours=variant.half_life_hours))
+
+    @property
+    def half_life_seconds(self) -> float | None:
+        return None if self.recency_half_life is None else self.recency_half_life.total_seconds()
 
     @property
     def calibration_days(self) -> timedelta:
@@ -262,7 +285,8 @@ def evaluate_model(  # noqa: PLR0915
                               quantiles=cal_qs, horizon_steps=h_max, stride=stride,
                               adaptive=cfg.adaptive_calibration,
                               tracking_rate=cfg.tracking_rate if cfg.tracked_calibration else 0.0,
-                              additive=cfg.additive_calibration)
+                              additive=cfg.additive_calibration, tracking_rates=cfg.tracking_rates,
+                              half_life_seconds=cfg.half_life_seconds)
             # A tracked model replays its recent forecasts: give it its whole window.
             lo = max(0, block.start - 1 - int(getattr(model, "window_steps", window)))
             origins = np.arange(block.start - 1, block.end - 1, stride)

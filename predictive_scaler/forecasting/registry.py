@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from predictive_scaler.errors import ModelError, did_you_mean
+from predictive_scaler.forecasting.defaults import DEFAULT_VARIANT
 from predictive_scaler.yaml_input import excerpt
 
 if TYPE_CHECKING:  # annotations only: the command line reads DEFAULT_CANDIDATES without numpy
@@ -22,6 +23,8 @@ _KINDS: dict[str, tuple[str, str, str]] = {
     "persistence": ("predictive_scaler.forecasting.baselines", "PersistenceForecaster", "PersistenceModel"),
     "seasonal-naive": ("predictive_scaler.forecasting.baselines", "SeasonalNaiveForecaster", "SeasonalNaiveModel"),
     "holt-winters": ("predictive_scaler.forecasting.baselines", "HoltWintersForecaster", "HoltWintersModel"),
+    "ets": ("predictive_scaler.forecasting.smoothing", "EtsForecaster", "EtsModel"),
+    "mstl": ("predictive_scaler.forecasting.smoothing", "MstlForecaster", "MstlModel"),
     "ensemble": ("predictive_scaler.forecasting.ensemble", "EnsembleForecaster", "EnsembleModel"),
     "quantile-regression": ("predictive_scaler.forecasting.quantreg", "QuantileRegressionForecaster",
                             "QuantileRegressionModel"),
@@ -32,11 +35,13 @@ _KINDS: dict[str, tuple[str, str, str]] = {
 #: Kinds a user may ask `evaluate --models` / `train` for (calibrated is a wrapper, not a choice).
 FORECASTER_KINDS: tuple[str, ...] = (
     "arima", "prophet", "persistence", "seasonal-naive", "holt-winters", "ensemble", "quantile-regression",
+    "ets", "mstl",
 )
 
 #: The default candidates, defined once: what `train` and `evaluate` score, what the retraining
-#: job chooses from, and what the backtest's retraining (the job's own function) chooses from.
-DEFAULT_CANDIDATES: tuple[str, ...] = FORECASTER_KINDS
+#: job chooses from, and what the backtest's retraining (the job's own function) chooses from —
+#: the default variant's (:mod:`defaults`, chosen held out, backtests/results/heldout.md).
+DEFAULT_CANDIDATES: tuple[str, ...] = DEFAULT_VARIANT.candidates
 
 
 def _load(kind: str, which: int) -> Any:

@@ -35,6 +35,7 @@ from predictive_scaler.forecasting import registry
 from predictive_scaler.forecasting import statsforecast_peers as peer_module
 from predictive_scaler.forecasting.calibration import CalibratedModel
 from predictive_scaler.forecasting.combination import CombinationModel
+from predictive_scaler.forecasting.defaults import DEFAULT_VARIANT, Variant, variant
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
     DEFAULT_MODEL_STEP,
@@ -52,6 +53,8 @@ from predictive_scaler.forecasting.metrics import (
 )
 from predictive_scaler.forecasting.selection import (
     COMBINATION,
+    TrainedCandidates,
+    robust_choice,
     settings_for_history,
     train_candidates,
 )
@@ -76,6 +79,12 @@ class ProtocolSettings:
     origin_every: timedelta = timedelta(minutes=30)
     peers: tuple[str, ...] = peer_module.PEER_NAMES
     fit_limit_seconds: float = peer_module.FIT_LIMIT_SECONDS
+    #: Further forecasting variants (:data:`defaults.VARIANTS` names) scored beside the served
+    #: default, each as `train` would serve it under that variant (the held-out bench).
+    variants: tuple[str, ...] = ()
+    #: Keep every side's per-origin 30-minute record (origin, pinball, covered, actual) in the
+    #: report, so figures over any part of the trace can be recomputed (the held-out bench).
+    keep_origins: bool = False
 
     def initial_history(self, span: timedelta) -> timedelta:
         if self.min_history is not None:
@@ -146,6 +155,11 @@ class ProtocolReport:
     #: 90 % intervals, whole days of origins resampled, of "ratio_to_best_peer", "regret" and the
     #: served "coverage" at 30 minutes (None where undefined), and "days", how many were resampled.
     intervals: Mapping[str, Any] = field(default_factory=dict)
+    #: The further variants' served scores (:attr:`ProtocolSettings.variants`).
+    variants: Mapping[str, Scored] = field(default_factory=dict)
+    #: With :attr:`ProtocolSettings.keep_origins`: per side ("served", "variant:NAME", a candidate
+    #: kind, "peer:NAME"), the 30-minute records as four lists: origin step, pinball, covered, actual.
+    origins: Mapping[str, list[list[float]]] = field(default_factory=dict)
 
     def best_candidate(self, key: str = "normalised_pinball") -> str | None:
         scored = {k: m.metric(key) for k, m in self.models.items()}
@@ -186,6 +200,8 @@ class ProtocolReport:
             "intervals": {"level": INTERVAL_LEVEL, **{k: list(v) if isinstance(v, tuple) else v
                                                       for k, v in self.intervals.items()}},
             "notes": list(self.notes),
+            **({"variants": {k: v.to_dict() for k, v in self.variants.items()}} if self.variants else {}),
+            **({"origins": dict(self.origins)} if self.origins else {}),
         }
 
 
@@ -217,6 +233,17 @@ class _Collector:
         r = np.concatenate(self.rows[h])
         keep = np.isfinite(r[:, 0]) & np.isfinite(r[:, 2])
         return ids[keep], pinball_losses(r[keep, 0], r[keep, 2], q), r[keep, 0] <= r[keep, 2]
+
+    def record(self, h: int, q: float) -> list[list[float]]:
+        """Per scored origin at step ``h``: origin step, pinball at ``q``, covered (0/1), actual."""
+        if not self.rows.get(h):
+            return [[], [], [], []]
+        ids = np.concatenate(self.ids)
+        r = np.concatenate(self.rows[h])
+        keep = np.isfinite(r[:, 0]) & np.isfinite(r[:, 2])
+        loss = pinball_losses(r[keep, 0], r[keep, 2], q)
+        return [ids[keep].astype(float).tolist(), [float(f"{v:.6g}") for v in loss],
+                (r[keep, 0] <= r[keep, 2]).astype(float).tolist(), [float(f"{v:.6g}") for v in r[keep, 0]]]
 
     def scored(self, name: str, labels: Mapping[str, int | None], q: float, scale: float | None,
                **extra: Any) -> Scored:
@@ -300,9 +327,62 @@ def _time_forecasts(model: Any, grid: Series, origins: np.ndarray, h: int, qs: S
     return out
 
 
+@dataclass
+class _Variants:
+    """The further variants of one protocol run: per refit, each variant's served model as
+    `train` would build it under that variant. Robust variants that differ only in their robust
+    candidate share one training (the choice is made on its cross-fitted losses), and a variant
+    equal to the served default reuses the served training."""
+
+    names: Sequence[str]
+    steps: Sequence[int]
+    collectors: dict[str, _Collector] = field(default_factory=dict)
+    choices: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.names:
+            variant(name)  # unknown names fail before any work
+            self.collectors[name] = _Collector(self.steps)
+            self.choices[name] = []
+
+    @staticmethod
+    def key(v: Variant) -> tuple[Any, ...]:
+        return (v.selection, v.candidates, v.tracking_rates, v.half_life_hours,
+                None if v.selection == "robust" else v.robust_kind)
+
+    def run_block(self, history: Series, inner: Any, horizon: timedelta, served_key: tuple[Any, ...],
+                  served: TrainedCandidates, forecast: Any, origins: np.ndarray, actual: np.ndarray,
+                  k_q: int) -> None:
+        trainings: dict[tuple[Any, ...], TrainedCandidates] = {served_key: served}
+        for name in self.names:
+            v = variant(name)
+            key = self.key(v)
+            if key not in trainings:
+                trainings[key] = train_candidates(history, v.candidates, inner.with_variant(v), horizon,
+                                                  every=v.selection == "robust")
+            trained = trainings[key]
+            if v.selection == "robust":
+                allowed = [k for k in (trained.losses or {}) if v.robust_combination or k != COMBINATION]
+                kind, _ = robust_choice(trained, v.robust_kind, history.step_seconds, kinds=allowed)
+            else:
+                kind = trained.selected
+            if kind is None or kind not in trained.models:
+                self.choices[name].append("-")
+                continue
+            try:
+                fc = forecast(trained.models[kind])
+            except (ScalerError, ValueError, np.linalg.LinAlgError):
+                self.choices[name].append("-")
+                continue
+            self.choices[name].append(kind if kind != COMBINATION or trained.combination is None else
+                                      "combination " +
+                                      "+".join(f"{k}×{w:.1f}" for k, w in zip(*trained.combination, strict=True)))
+            self.collectors[name].add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
+
+
 def run_protocol(  # noqa: C901, PLR0915
     series: Series,
-    kinds: Sequence[str] = registry.FORECASTER_KINDS,
+    kinds: Sequence[str] = registry.DEFAULT_CANDIDATES,
     settings: ProtocolSettings | None = None,
     *,
     step_seconds: int = DEFAULT_MODEL_STEP,
@@ -338,6 +418,13 @@ def run_protocol(  # noqa: C901, PLR0915
     calibrations: list[str] = []
     peer_rows = {f"{p}{v}": _Collector(defined) for p in cfg.peers for v in ("", "+conformal")}
     skipped: dict[str, str] = {}
+    capped: dict[str, str] = {}
+    extra = _Variants(cfg.variants, defined)
+    served_key = _Variants.key(Variant("served", tuple(kinds), selection=DEFAULT_VARIANT.selection,
+                                       robust_kind=DEFAULT_VARIANT.robust_kind,
+                                       robust_combination=DEFAULT_VARIANT.robust_combination,
+                                       tracking_rates=DEFAULT_VARIANT.tracking_rates,
+                                       half_life_hours=DEFAULT_VARIANT.half_life_hours))
     blocks = 0
     for s in range(first, n, every):
         end = min(s + every, n)
@@ -367,7 +454,8 @@ def run_protocol(  # noqa: C901, PLR0915
             c.add(origins, actual, fc[:, 0, :], fc[:, k_q, :])
             forecasts[kind] = fc
         choice = trained.selected
-        if trained.combination is not None and all(k in forecasts for k in trained.combination[0]):
+        if (choice == COMBINATION and trained.combination is not None
+                and all(k in forecasts for k in trained.combination[0])):
             members, weights = trained.combination
             combined = trained.models[COMBINATION]
             # Served as the model itself serves: its shift, and its online weights read the
@@ -389,12 +477,25 @@ def run_protocol(  # noqa: C901, PLR0915
         else:
             choices.append("-")
             calibrations.append("-")
+        if extra.names:
+            memo: dict[int, np.ndarray] = {id(m): forecasts[k] for k, m in trained.models.items() if k in forecasts}
+
+            def forecast(model: Any, s: int = s, end: int = end, origins: np.ndarray = origins,
+                         memo: dict[int, np.ndarray] = memo) -> np.ndarray:
+                if id(model) not in memo:
+                    lo = max(0, s - 1 - int(getattr(model, "window_steps", DEFAULT_WINDOW_STEPS)))
+                    memo[id(model)] = walk_forward(model, grid.slice(lo, end), origins - lo, h_max, qs)
+                return memo[id(model)]
+
+            extra.run_block(history, inner, horizon, served_key, trained, forecast, origins, actual, k_q)
         cal_origins = np.arange(s - cal - 1, s - h_max, stride)
         for name in cfg.peers:
             if name in skipped:
                 continue
             got = peer_module.run_peer(name, grid.values[:end], (hist_start, s - cal), cal_origins, origins,
                                        h_max, steps_per_day, fit_limit=cfg.fit_limit_seconds)
+            if isinstance(got, peer_module.PeerBlock) and got.capped:
+                capped[name] = got.capped
             if isinstance(got, peer_module.PeerSkipped):
                 skipped[name] = got.reason
                 for variant in ("", "+conformal"):
@@ -418,17 +519,28 @@ def run_protocol(  # noqa: C901, PLR0915
         else:
             peer_scores[key] = c.scored(key, labels, cfg.quantile, scale)
     notes = tuple(f"{label} is not a multiple of the {step}s step: undefined"
-                  for label, h in labels.items() if h is None)
+                  for label, h in labels.items() if h is None) + tuple(
+        f"{name} capped: {why}" for name, why in capped.items())
+    variant_scores = {name: extra.collectors[name].scored(f"variant:{name}", labels, cfg.quantile, scale,
+                                                          choices=tuple(extra.choices[name]))
+                      for name in extra.names}
     report = ProtocolReport(
         series=series.name, quantile=cfg.quantile, step_seconds=step,
         settings=cfg.describe(series.span), blocks=blocks, models=models,
         served=served.scored("served", labels, cfg.quantile, scale, choices=tuple(choices),
                              calibrations=tuple(calibrations)),
-        peers=peer_scores, notes=notes,
+        peers=peer_scores, notes=notes, variants=variant_scores,
     )
     headline = labels.get("30m")
     if headline is None:
         return report
+    if cfg.keep_origins:
+        kept = {"served": served.record(headline, cfg.quantile)}
+        kept.update({f"variant:{n}": extra.collectors[n].record(headline, cfg.quantile) for n in extra.names})
+        kept.update({k: c.record(headline, cfg.quantile) for k, c in cands.items()})
+        kept.update({f"peer:{k}": c.record(headline, cfg.quantile) for k, c in peer_rows.items()
+                     if k.removesuffix("+conformal") not in skipped})
+        report = replace(report, origins=kept)
     best, peer = report.best_candidate(), report.best_peer()
     return replace(report, intervals=headline_intervals(
         served, cands[best] if best else None, peer_rows[peer] if peer else None,

@@ -20,6 +20,7 @@ was fitted on.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -61,7 +62,12 @@ from predictive_scaler.forecasting.evaluation import (
     select_on_common_blocks,
 )
 from predictive_scaler.forecasting.logscale import choose_log_offset
-from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, naive_scale
+from predictive_scaler.forecasting.metrics import (
+    METRIC_NAMES,
+    all_metrics,
+    naive_scale,
+    pinball_losses,
+)
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     max_horizon_steps,
@@ -128,8 +134,11 @@ def train_model(
         "models": {k: m.to_dict() for k, m in trained.scores.items()},
         "calibration_window": format_duration(cfg.calibration_days),
         "step_seconds": grid.step_seconds,
-        "selection": SHORT_SELECTION_METHOD if short_history(cfg) else SELECTION_METHOD,
+        "selection": (ROBUST_SELECTION_METHOD if cfg.selection == "robust"
+                      else SHORT_SELECTION_METHOD if short_history(cfg) else SELECTION_METHOD),
     }
+    if trained.reason:
+        metrics["selection_reason"] = trained.reason
     return TrainingResult(model=trained.models[kind], kind=kind, metrics=metrics,
                           fit_seconds=trained.fit_seconds[kind])
 
@@ -139,6 +148,11 @@ SELECTION_METHOD = (
     "on one half, scored on the other, and back); lowest mean pinball loss at the quantile wins, or "
     "a combination of the best three (and the ensemble) weighted by the mean of the weights that win "
     "on each quarter and of the ensemble alone"
+)
+ROBUST_SELECTION_METHOD = (
+    "every candidate fitted before the calibration window, calibrated on it and scored cross-fitted "
+    "there; the lowest mean pinball loss at the quantile serves only when a paired test on 6-hour "
+    "blocks tells it from the robust candidate, which serves otherwise"
 )
 SHORT_SELECTION_METHOD = (
     "short history: every candidate scored walk-forward, refitted daily, on the data after its first "
@@ -182,6 +196,11 @@ class TrainedCandidates:
     selected: str | None
     #: When the selected model is a combination: its members (kinds) and weights.
     combination: tuple[tuple[str, ...], tuple[float, ...]] | None = None
+    #: Robust selection: each candidate's pinball per cross-fitted origin (mean over the horizons
+    #: scored, NaN where an actual is missing), origins in the same order for every candidate.
+    losses: Mapping[str, np.ndarray] | None = None
+    #: ... the cross-fitted winner and why the served one was served.
+    reason: str = ""
 
 
 def train_candidates(
@@ -202,6 +221,8 @@ def train_candidates(
     On short history (:func:`short_history`) the choice is walk-forward instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
     """
+    if cfg.selection == "robust":
+        return _train_robust(grid, kinds, cfg, horizon, progress=progress, options=options)
     if short_history(cfg):
         return _train_short(grid, kinds, cfg, horizon, progress=progress, options=options, every=every)
     models: dict[str, FittedModel] = {}
@@ -235,7 +256,7 @@ def train_candidates(
     selected = min(pins, key=lambda k: pins[k]) if pins else None
     combo = _combination(combination_pool(pins), rows, models, cfg, horizon)
     if combo is not None:
-        members, weights, combined, horizons = combo
+        members, weights, combined, horizons, _ = combo
         models[COMBINATION] = combined
         scores[COMBINATION] = ModelEvaluation(COMBINATION, horizons, None, origins=cal)
         fits[COMBINATION] = sum(fits[k] for k in members)
@@ -296,6 +317,116 @@ def _train_short(
     return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
 
 
+#: Robust selection: the cross-fitted origins are grouped into blocks of this length for the
+#: paired test (errors within a few hours move together; 7 days give 28 blocks, 2 days 8).
+TEST_BLOCK = timedelta(hours=6)
+#: ... and the winner replaces the robust candidate only when its mean loss is lower beyond
+#: a one-sided test at this level.
+TEST_LEVEL = 0.9
+
+
+def paired_block_test(winner: np.ndarray, other: np.ndarray, block_steps: int,
+                      level: float = TEST_LEVEL) -> tuple[bool, float, float]:
+    """Can the calibration window tell ``winner``'s per-origin losses from ``other``'s?
+
+    A paired test on blocks: the loss difference (winner − other) is averaged per block of
+    ``block_steps`` consecutive origins (both sides' missing origins dropped), and the winner is
+    better beyond doubt when the one-sided Student-t upper bound at ``level`` of the blocks' mean
+    difference is below zero. Returns (told apart, relative difference of the means, that upper
+    bound relative to ``other``'s mean loss)."""
+    from scipy import stats
+
+    ok = np.isfinite(winner) & np.isfinite(other)
+    d, base = (winner - other)[ok], other[ok]
+    if d.size == 0 or float(np.mean(base)) <= 0:
+        return False, math.nan, math.nan
+    blocks = max(1, d.size // max(1, block_steps))
+    means = np.array([float(np.mean(part)) for part in np.array_split(d, blocks)])
+    scale = float(np.mean(base))
+    mean = float(np.mean(means))
+    if blocks < 3:
+        return False, mean / scale, math.inf
+    se = float(np.std(means, ddof=1)) / math.sqrt(blocks)
+    upper = mean + float(stats.t.ppf(level, blocks - 1)) * se
+    return upper < 0, mean / scale, upper / scale
+
+
+def robust_choice(trained: TrainedCandidates, robust_kind: str, step_seconds: int,
+                  kinds: Sequence[str] | None = None) -> tuple[str | None, str]:
+    """The robust rule on candidates already trained and cross-fitted (:func:`_train_robust`):
+    the lowest mean cross-fitted pinball among ``kinds`` (default: all) serves when
+    :func:`paired_block_test` tells it from ``robust_kind``; otherwise ``robust_kind`` serves
+    (or the winner when ``robust_kind`` could not be fitted). Returns the kind and the reason."""
+    losses = trained.losses or {}
+    have = [k for k in (kinds or list(losses)) if k in losses and k in trained.models]
+    if not have:
+        return None, "no candidate could be scored"
+    mean = {k: float(np.nanmean(losses[k])) if np.isfinite(losses[k]).any() else math.inf for k in have}
+    winner = min(have, key=lambda k: mean[k])
+    if robust_kind not in have:
+        return winner, f"{winner}: lowest cross-fitted pinball ({robust_kind} not available)"
+    if winner == robust_kind:
+        return winner, f"{winner}: lowest cross-fitted pinball, and the robust choice"
+    block = max(1, int(TEST_BLOCK.total_seconds() // step_seconds))
+    apart, rel, upper = paired_block_test(losses[winner], losses[robust_kind], block)
+    if apart:
+        return winner, (f"{winner}: {-rel:.1%} less pinball than {robust_kind} on the calibration window, "
+                        f"beyond the paired test (upper bound {upper:+.1%})")
+    return robust_kind, (f"{robust_kind}: the calibration window cannot tell {winner} from it "
+                         f"({-rel:+.1%} less pinball, upper bound {upper:+.1%})")
+
+
+def _train_robust(
+    grid: Series, kinds: Sequence[str], cfg: EvaluationSettings, horizon: timedelta, *,
+    progress: Progress | None, options: Mapping[str, Mapping[str, Any]] | None,
+) -> TrainedCandidates:
+    """:func:`train_candidates` for the robust rule, on any history: every kind fitted once before
+    the calibration window C and calibrated on it (log-scale or additive shifts, whichever scores
+    better cross-fitted), scored cross-fitted on C; :func:`robust_choice` picks the served one.
+    No walk-forward refits and no combination: one fit per candidate, one model served."""
+    models: dict[str, FittedModel] = {}
+    scores: dict[str, ModelEvaluation] = {}
+    fits: dict[str, float] = {}
+    losses: dict[str, np.ndarray] = {}
+    rows_of: dict[str, dict[int, np.ndarray]] = {}
+    cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
+    empty = {format_duration(h): dict.fromkeys(METRIC_NAMES) for h in cfg.horizons}
+    for kind in kinds:
+        try:
+            model, fit_s = fit_calibrated(kind, grid, cfg, horizon, options=options)
+            horizons, rows = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate)
+            other = calibrated(model.base, grid, cfg, horizon, additive=True)
+            got = crossfit_scores(model.base, grid, cal, cfg, other.tracking_rate, additive=True)
+            if _mean_pinball(got[0]) < _mean_pinball(horizons):
+                model, (horizons, rows) = other, got
+        except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
+            scores[kind] = ModelEvaluation(kind, empty, None, error=f"{kind}: {exc}")
+        else:
+            models[kind], fits[kind] = model, fit_s
+            scores[kind] = ModelEvaluation(kind, horizons, fit_s, origins=cal)
+            rows_of[kind] = rows
+            per_h = [pinball_losses(r[:, 0], r[:, 2], cfg.quantile) for r in rows.values()]
+            losses[kind] = np.mean(np.column_stack(per_h), axis=1) if per_h else np.empty(0)
+        if progress is not None:
+            progress.update(1)
+    members: tuple[tuple[str, ...], tuple[float, ...]] | None = None
+    pins = {k: _mean_pinball(scores[k].horizons) for k in models}
+    combo = _combination(combination_pool(pins), rows_of, models, cfg, horizon) if len(pins) > 1 else None
+    if combo is not None:
+        # One more candidate, scored on the same origins: the classic rule's combination of the
+        # best three and the ensemble. Only variants that allow it may choose it.
+        kinds_in, weights, combined, horizons, per_origin = combo
+        models[COMBINATION], losses[COMBINATION] = combined, per_origin
+        scores[COMBINATION] = ModelEvaluation(COMBINATION, horizons, None, origins=cal)
+        fits[COMBINATION] = sum(fits[k] for k in kinds_in)
+        members = (kinds_in, weights)
+    trained = TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=None, losses=losses,
+                                combination=members)
+    allowed = [k for k in losses if cfg.robust_combination or k != COMBINATION]
+    selected, reason = robust_choice(trained, cfg.robust_kind, grid.step_seconds, kinds=allowed)
+    return replace(trained, selected=selected, reason=reason)
+
+
 def _walk_settings(cfg: EvaluationSettings) -> EvaluationSettings:
     """The short-history walk-forward choice's settings: daily refits, static shifts."""
     return replace(cfg, tracked_calibration=False, refit_every=SHORT_REFIT)
@@ -306,7 +437,7 @@ def planned_training_fits(series: Series, kinds: Sequence[str], cfg: EvaluationS
     """How many progress updates :func:`train_model` gives (the `train` bar's total): one per
     candidate on long history; on short history one per candidate and daily block of the
     walk-forward choice (the winner's final fit is not counted: it is one of them again)."""
-    if short_history(cfg):
+    if short_history(cfg) and cfg.selection != "robust":
         return planned_fits(series, kinds, _walk_settings(cfg), step_seconds)
     return len(kinds)
 
@@ -358,7 +489,8 @@ def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static
 def _combination(
     ranked: Sequence[str], rows: Mapping[str, Mapping[int, np.ndarray]], models: Mapping[str, FittedModel],
     cfg: EvaluationSettings, horizon: timedelta,
-) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]]] | None:
+) -> tuple[tuple[str, ...], tuple[float, ...], CombinationModel, dict[str, dict[str, float | None]],
+           np.ndarray] | None:
     """The weighted combination of the best ``ranked`` candidates on the cross-fitted forecasts,
     or None when one candidate alone is best there. The weights are
     :func:`combination.stable_combination`'s: the mean of the weights that win on each
@@ -366,7 +498,7 @@ def _combination(
     one, equally long) and, when :data:`DEFAULT_MEMBER` is in ``ranked``, of it alone, so a
     choice that only some quarters support is hedged. The combination's
     own shift of its P95 (:func:`combination.recalibration`) is chosen two-fold there too, and
-    its scores are the two-fold ones."""
+    its scores are the two-fold ones (last: its pinball per origin, mean over the horizon steps)."""
     if len(ranked) < 2:
         return None
     steps = sorted(rows[ranked[0]])
@@ -398,7 +530,8 @@ def _combination(
             continue
         j = steps.index(h)
         out[label] = all_metrics(actual[:, j], combined[:, 0, j], upper[:, j], cfg.quantile, None)
-    return members, weights, model, out
+    per_origin = np.mean(pinball_losses(actual, upper, cfg.quantile), axis=1)
+    return members, weights, model, out, per_origin
 
 
 def _mean_pinball(horizons: Mapping[str, Mapping[str, float | None]]) -> float:
@@ -425,7 +558,8 @@ def crossfit_scores(
         lo = max(0, a0 - 1 - window)
         model = calibrate(base, grid.slice(lo, a1), a0 - 1 - lo, quantiles=qs,
                           horizon_steps=max(h_max, max_horizon_steps(grid.step_seconds)),
-                          adaptive=cfg.adaptive_calibration, tracking_rate=rate, additive=additive)
+                          adaptive=cfg.adaptive_calibration, tracking_rate=rate, additive=additive,
+                          tracking_rates=cfg.tracking_rates, half_life_seconds=cfg.half_life_seconds)
         lo = max(0, b0 - 1 - model.window_steps)
         part = grid.slice(lo, b1)
         origins = np.arange(b0 - 1, b1 - 1) - lo
@@ -483,6 +617,8 @@ def calibrated(base: FittedModel, grid: Series, cfg: EvaluationSettings,
         adaptive=cfg.adaptive_calibration,
         additive=additive,
         tracking_rate=tracking_rate,
+        tracking_rates=cfg.tracking_rates,
+        half_life_seconds=cfg.half_life_seconds,
     )
 
 

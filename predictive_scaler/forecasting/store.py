@@ -63,9 +63,11 @@ from predictive_scaler.yaml_input import describe, kind_of, read_regular
 
 #: The artifact format this build writes and reads. 2: calibrated models may carry coverage
 #: tracking (``tracking_window``, ``tracking_steps``, ``tracking_rate``), which a reader of
-#: format 1 would ignore; format 1 artifacts (no tracking) still load unchanged.
-FORMAT_VERSION = 2
-KNOWN_FORMAT_VERSIONS = frozenset({1, FORMAT_VERSION})
+#: format 1 would ignore; 3: the tracker's step floor (``tracking_floor``), which a reader of 2
+#: would ignore as silently — so such a reader refuses a 3 and says to upgrade. Formats 1 and 2
+#: still load unchanged.
+FORMAT_VERSION = 3
+KNOWN_FORMAT_VERSIONS = frozenset({1, 2, FORMAT_VERSION})
 MODEL_FILE = "model.json"
 MANIFEST_FILE = "manifest.json"
 SERVING_FILE = "serving"

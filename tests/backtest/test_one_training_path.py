@@ -99,8 +99,11 @@ def test_the_trace_history_refuses_what_the_prometheus_pull_refuses() -> None:
 
 def test_one_default_candidate_list() -> None:
     from predictive_scaler.commands._flags import DEFAULT_MODELS
+    from predictive_scaler.forecasting import defaults
 
-    assert registry.DEFAULT_CANDIDATES == registry.FORECASTER_KINDS  # Prophet and the ensemble included
+    # The default variant's (chosen held out: backtests/results/heldout.md), Prophet and the ensemble included.
+    assert registry.DEFAULT_CANDIDATES == defaults.DEFAULT_VARIANT.candidates
+    assert {"prophet", "ensemble", "arima"} <= set(registry.DEFAULT_CANDIDATES) <= set(registry.FORECASTER_KINDS)
     assert tuple(DEFAULT_MODELS.split(",")) == registry.DEFAULT_CANDIDATES
     assert RetrainSettings().kinds == registry.DEFAULT_CANDIDATES
     assert Scenario().forecasters == registry.DEFAULT_CANDIDATES

@@ -325,7 +325,8 @@ def test_the_combination_hedges_a_choice_only_one_half_supports(series, factors,
     if expected is None:
         assert got is None
     else:
-        members, weights, model, scores = got
+        members, weights, model, scores, per_origin = got
+        assert per_origin.shape == (400,)  # its pinball per cross-fitted origin
         assert (members, weights) == expected and model.weights == weights
         # Served with online weights over the last day, origins one 30-minute horizon apart.
         assert model.online == OnlineWeights(rate=ONLINE_RATE, steps=6, origins=48, quantile=0.95)

@@ -95,13 +95,13 @@ def test_a_bad_url_is_a_config_error(s3_env: SeaweedFS) -> None:
 
 def test_two_writer_processes_at_once_lose_nothing(url: str) -> None:
     # Both write the same name (pointer races) and one a name of its own.
-    procs = [writer(url, "shared", 6), writer(url, "shared", 6), writer(url, "mine", 3)]
+    procs = [writer(url, "common", 6), writer(url, "common", 6), writer(url, "mine", 3)]
     outs = [p.communicate(timeout=300)[0].split() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0]
     store = ObjectModelStore(url, keep=1000)
     published = set(outs[0]) | set(outs[1])
-    assert {i.version for i in store.list("shared")} == published  # every version of both writers is there
-    pointer = store.pointer("shared")
+    assert {i.version for i in store.list("common")} == published  # every version of both writers is there
+    pointer = store.pointer("common")
     assert pointer is not None and pointer.version in published
     # Every promote was a conditional write on the one before: none lost, so the history holds the others.
     assert len(set(pointer.history)) == len(pointer.history) == min(len(published) - 1, store.keep)

@@ -1,0 +1,80 @@
+"""The held-out bench (benchmarks/forecast_heldout.py): the leave-one-trace-out choice, the split
+of long traces, and the figures recomputed from per-origin records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks.forecast_heldout import (
+    FINAL_DAYS,
+    choose,
+    figures,
+    leave_one_out,
+    paired_ratio,
+    part_of,
+    parts,
+)
+from predictive_scaler.forecasting.defaults import VARIANT_NAMES
+
+A, B = VARIANT_NAMES[0], VARIANT_NAMES[1]
+
+
+def _table(**per_trace: tuple[float, float]) -> dict[str, dict[str, float | None]]:
+    return {t: {v: None for v in VARIANT_NAMES} | {A: a, B: b} for t, (a, b) in per_trace.items()}
+
+
+def test_each_trace_is_judged_by_the_choice_made_without_it():
+    # B wins on x and y; A wins only on z, by a lot. Held out z: chosen on x and y -> B.
+    table = _table(x=(1.0, 0.9), y=(1.0, 0.9), z=(0.5, 1.0))
+    picks = leave_one_out(table)
+    assert picks["z"] == B
+    # Held out x: on y and z the geometric mean of A is sqrt(0.5) < sqrt(0.9) -> A.
+    assert picks["x"] == A and picks["y"] == A
+    assert choose(table, ["x", "y", "z"]) == A
+
+
+def test_a_variant_without_a_figure_on_some_trace_is_not_chosen():
+    table = _table(x=(1.0, 0.5), y=(1.0, 0.5))
+    table["y"][B] = None
+    assert choose(table, ["x", "y"]) == A
+
+
+def _doc(days: int, step: int = 1800) -> dict[str, Any]:
+    spd = 86400 // step
+    ids = np.arange(7 * spd, days * spd - 1, dtype=float)
+    loss = np.ones(ids.size)
+    actual = np.full(ids.size, 10.0)
+    hit = (ids % 20 != 0).astype(float)  # 95 % covered
+    rec = [ids.tolist(), loss.tolist(), hit.tolist(), actual.tolist()]
+    peer = [ids.tolist(), (2 * loss).tolist(), hit.tolist(), actual.tolist()]
+    worse = [ids.tolist(), (3 * loss).tolist(), hit.tolist(), actual.tolist()]
+    return {"grid_steps": days * spd, "report": {"step_seconds": step, "origins": {
+        f"variant:{A}": rec, "peer:Naive": peer, "peer:AutoETS": worse}}}
+
+
+def test_long_traces_keep_their_last_weeks_apart():
+    assert set(parts(_doc(30))) == {"tuning"}
+    split = parts(_doc(60))
+    lo, hi = split["tuning"][1], split["final"][0]
+    assert lo == hi == 60 * 48 - FINAL_DAYS * 48 - 1  # origins whose 30-minute target is in the last 21 days
+
+
+def test_figures_pair_the_sides_and_pick_the_best_peer_per_part():
+    doc = _doc(60)
+    got = figures(doc, f"variant:{A}", parts(doc)["tuning"])
+    assert got["best_peer"] == "Naive" and got["ratio"] == pytest.approx(0.5)
+    assert got["interval"] == pytest.approx((0.5, 0.5))
+    assert got["coverage"] == pytest.approx(0.95, abs=0.01)
+    final = figures(doc, f"variant:{A}", parts(doc)["final"])
+    assert final["days"] in (FINAL_DAYS, FINAL_DAYS + 1)  # the first origin targets the first final step
+
+
+def test_ratio_counts_only_origins_both_sides_scored():
+    side = {"ids": np.arange(10), "loss": np.ones(10), "hit": np.ones(10), "actual": np.ones(10)}
+    peer = part_of({k: v.copy() for k, v in side.items()}, 0, 5)
+    peer["loss"] = peer["loss"] * 4
+    ratio, _, (a, b) = paired_ratio(side, peer, 5)
+    assert ratio == pytest.approx(0.25) and a.sum() == 5
