@@ -12,8 +12,10 @@ undefined beyond its highest point. The **headline** is read at the share the pr
 serves: cost ratio (predictive GPU-h ÷ reference GPU-h) and gap closed ((reference − predictive) ÷
 (reference − oracle)) against reactive and against Holt-Winters, and the unmet ratio at equal cost
 (predictive unmet minutes ÷ the fewest unmet minutes reactive reaches for the predictive GPU-hours,
-interpolated the same way). A point that serves more than the predictive default point for less is
-listed under ``dominated_by``.
+interpolated the same way). A point of any peer policy — reactive, Holt-Winters and every static fleet
+size; not the oracle, which no controller can run — that serves more than the predictive default point
+for less is listed under ``dominated_by`` (a fixed fleet that beats it on both says as much against the
+policy as a better-tuned autoscaler does).
 
 Work is reused across operating points: the peers are cheap numpy/HPA loops; the predictive policy's
 models and forecasts do not depend on its knob, so they are trained and computed once
@@ -50,6 +52,9 @@ HPA_TARGETS: tuple[float, ...] = tuple(round(0.30 + 0.05 * i, 2) for i in range(
 PREDICTIVE_TARGETS: tuple[float, ...] = (0.7, 0.8, 0.9, 1.0)
 #: At most this many static fleet sizes (evenly spread over 1 … maxReplicas).
 STATIC_POINTS = 12
+
+#: Frontier policies that are not peers for dominance: the bound no controller reaches, and predictive itself.
+NOT_PEERS = frozenset({"predictive", "oracle"})
 
 HEADLINE_KEYS = ("cost_ratio_vs_reactive", "gap_closed_vs_reactive", "unmet_ratio_vs_reactive",
                  "cost_ratio_vs_holt_winters", "gap_closed_vs_holt_winters")
@@ -233,7 +238,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def headline(frontier: dict[str, list[Point]]) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
-    """The headline figures at the predictive default point, and the peer points that beat it."""
+    """The headline figures at the predictive default point, and the peer points that beat it: those of every
+    policy but the oracle (static fleets included) both cheaper and serving more."""
     pred = next(p for p in frontier["predictive"] if p.default)
     share = pred.slo_attainment or 0.0
     oracle = frontier["oracle"][0].gpu_hours if frontier.get("oracle") else None
@@ -248,6 +254,6 @@ def headline(frontier: dict[str, list[Point]]) -> tuple[dict[str, float | None],
         if name == "reactive":
             ref_unmet = reference_unmet(frontier[name], pred.gpu_hours) if name in frontier else None
             out["unmet_ratio_vs_reactive"] = _ratio(pred.unmet_minutes, ref_unmet)
-    beaten = [{"policy": name, **p.to_dict()} for name in ("reactive", "holt-winters") for p in frontier.get(name, [])
-              if p.gpu_hours < pred.gpu_hours and (p.slo_attainment or 0.0) > share]
+    beaten = [{"policy": name, **p.to_dict()} for name, points in frontier.items() if name not in NOT_PEERS
+              for p in points if p.gpu_hours < pred.gpu_hours and (p.slo_attainment or 0.0) > share]
     return {k: out.get(k) for k in HEADLINE_KEYS}, beaten

@@ -73,6 +73,17 @@ def test_headline_by_hand() -> None:
     assert [(b["policy"], b["gpu_hours"]) for b in beaten] == [("reactive", 120)]
 
 
+def test_a_static_fleet_cheaper_and_serving_more_dominates_but_the_oracle_does_not() -> None:
+    frontier = {
+        "reactive": [P(100, 0.85), P(170, 0.99)],
+        "predictive": [P(150, 0.906, 10, default=True)],
+        "static": [P(90, 0.80), P(134.7, 0.94), P(160, 0.97)],
+        "oracle": [P(95, 0.9975)],
+    }
+    _, beaten = headline(frontier)
+    assert [(b["policy"], b["knob"], b["gpu_hours"]) for b in beaten] == [("static", {}, 134.7)]
+
+
 def test_frontier_json_shape_and_reuse() -> None:
     result = run_frontier(daily_trace(), FAST, hpa_targets=(0.5, 0.9), predictive_targets=(0.8,))
     doc = json.loads(json.dumps(result.to_json(), allow_nan=False))
