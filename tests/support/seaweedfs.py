@@ -55,7 +55,10 @@ def running_seaweedfs(data_dir: Path) -> Iterator[SeaweedFS]:
     ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
     grpc = {name: free_port() for name in ports}
     args = [weed_binary(), "server", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3",
-            "-volume.max=8", "-master.volumeSizeLimitMB=64"]
+            "-volume.max=8", "-master.volumeSizeLimitMB=64",
+            # Off: the Iceberg and Lance catalogue listeners bind fixed ports (8181, 9101), so a second
+            # server in the session (another fixture's) or anything else on them would stop this one.
+            "-s3.port.iceberg=0", "-s3.port.lance=0"]
     for name in ports:
         args += [f"-{name}.port={ports[name]}", f"-{name}.port.grpc={grpc[name]}"]
     log = open(data_dir / "weed.log", "wb")  # noqa: SIM115 - closed below
