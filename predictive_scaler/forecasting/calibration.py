@@ -337,8 +337,11 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
     sub = scores[:, lanes, :]
     up = steps[:, lanes, :] * (1.0 - alpha[lanes])[None]
     down = steps[:, lanes, :] * (0.0 - alpha[lanes])[None]
-    hs = np.arange(1, h_max + 1)
     th = theta[:, lanes, :]
+    if n > 1 and np.all(np.diff(first) == 1):
+        theta[:, lanes, :] = _track_consecutive(sub, int(first[0]), th, up, down, window, per_origin=eta.ndim == 3)
+        return theta
+    hs = np.arange(1, h_max + 1)
     if n * lanes.size * h_max > TRACK_SMALL_VALUES:
         # Many origins: numpy's per-call overhead is small against the arrays; step by step.
         for u in range(window):
@@ -361,6 +364,42 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
             th = th + np.where(got[c] > th, add_up[c], add_down[c])
     theta[:, lanes, :] = th
     return theta
+
+
+def _track_consecutive(sub: np.ndarray, t0: int, th: np.ndarray, up: np.ndarray, down: np.ndarray,
+                       window: int, *, per_origin: bool) -> np.ndarray:
+    """:func:`track_shifts` for the consecutive origins ``t0 … t0 + n - 1`` (calibration, scoring):
+    the u-th replayed issue step of every origin is then one contiguous slice of ``sub``, and
+    whether its target is observed by the origin depends on u and the horizon only (u ≤ W - h).
+    The same arithmetic in the same order as the general path — each update adds the same up or
+    down step, an unobserved or NaN one adds nothing — with no gathers and no per-step masks.
+    """
+    n, k, h_max = th.shape
+    pad = max(0, window - t0)  # issue steps before the first score: never observed
+    if pad:
+        sub = np.concatenate([np.full((pad, k, h_max), np.nan), sub])
+    valid = np.isfinite(sub)
+    base = t0 - window + pad  # row of issue step t0 - W
+    th = th.copy()
+    if per_origin:
+        inc = np.empty_like(th)
+        for u in range(window):
+            cols = min(h_max, window - u)
+            got = sub[base + u:base + u + n, :, :cols]
+            t = th[:, :, :cols]
+            np.copyto(inc[:, :, :cols], np.where(got > t, up[:, :, :cols], down[:, :, :cols]))
+            inc[:, :, :cols] *= valid[base + u:base + u + n, :, :cols]
+            t += inc[:, :, :cols]
+        return th
+    # One step per (lane, horizon) for every origin: the masked up and down steps per issue step.
+    step_up = np.where(valid, up[0][None], 0.0)
+    step_down = np.where(valid, down[0][None], 0.0)
+    for u in range(window):
+        cols = min(h_max, window - u)
+        rows = slice(base + u, base + u + n)
+        t = th[:, :, :cols]
+        t += np.where(sub[rows, :, :cols] > t, step_up[rows, :, :cols], step_down[rows, :, :cols])
+    return th
 
 
 def _track_few(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: np.ndarray,

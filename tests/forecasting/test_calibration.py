@@ -150,6 +150,30 @@ def test_serving_tracker_replays_exactly_what_the_batch_tracker_does(h_max, wind
     np.testing.assert_array_equal(track_shifts(scores, first[:2], static, eta, quantiles, window), batch[:2])
 
 
+@pytest.mark.parametrize("per_origin", [False, True], ids=["one-step-per-lane", "a-step-per-origin"])
+@pytest.mark.parametrize(("start", "count", "window"), [
+    pytest.param(0, 300, 288, id="origins-before-a-whole-window"),
+    pytest.param(350, 250, 288, id="every-origin-has-its-window"),
+    pytest.param(10, 50, 4, id="window-shorter-than-the-horizon"),
+])
+def test_consecutive_origins_replay_exactly_what_each_origin_alone_does(start, count, window, per_origin):
+    """Calibration and scoring ask for consecutive origins, which take a path of their own (one slice
+    per replayed step): the shifts are the same numbers as each origin's own replay."""
+    rng = np.random.default_rng(5)
+    h_max = 6
+    scores = rng.normal(0.0, 0.3, (650, 2, h_max))
+    scores[rng.random(scores.shape) < 0.15] = np.nan
+    static = rng.normal(0.0, 0.1, (2, h_max))
+    quantiles = np.array([0.5, 0.95])
+    first = np.arange(start, start + count)
+    eta = rng.uniform(0.001, 0.05, (count, 2, h_max) if per_origin else (2, h_max))
+    batch = track_shifts(scores, first, static, eta, quantiles, window)
+    assert not np.allclose(batch[-1], static)  # the tracker moved
+    for i in range(count):
+        alone = track_shifts(scores, first[[i]], static, eta[[i]] if per_origin else eta, quantiles, window)
+        np.testing.assert_array_equal(alone, batch[[i]])
+
+
 @pytest.mark.parametrize("shift", [pytest.param(2.5, id="noise-widens"), pytest.param(0.4, id="noise-narrows")])
 def test_tracking_holds_coverage_when_the_regime_moves_after_calibration(shift):
     """Noise whose scale changes right after the calibration window: static shifts miss the
