@@ -100,7 +100,12 @@ bench-controller: $(STAMP) tools
 	$(BIN)/python -m benchmarks.controller --scalers $(SCALERS) --pods $(PODS) --out backtests/results/controller.md
 
 bench-retrain: $(STAMP) tools
-	$(BIN)/python -m benchmarks.retrain --scalers 200 --weeks 1 --processes 1,2 --out backtests/results/retrain-run.md
+	$(BIN)/python -m benchmarks.retrain --scalers 40 --weeks 4 --shards 1,2 --out backtests/results/retrain-run.md
+
+## bench-retrain-quality: what reusing earlier weeks (the selection ledger) changes in what the job serves
+.PHONY: bench-retrain-quality
+bench-retrain-quality: $(STAMP)
+	$(BIN)/python -m benchmarks.retrain_quality --out backtests/results/retrain-quality.md
 
 ## crd: regenerate deploy/base/crd.yaml from the one source (predictive_scaler/spec.py)
 crd: $(STAMP)

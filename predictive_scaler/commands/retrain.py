@@ -50,6 +50,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-missing", type=float, default=0.2,
                    help="largest share of missing steps accepted (default 0.2)")
     p.add_argument("--keep", type=int, default=5, help="versions kept per model (default 5)")
+    p.add_argument("--cold", action="store_true",
+                   help="ignore what earlier weeks learnt (each scaler's selection ledger): score every candidate "
+                        "and start every fit cold; the ledger is neither read nor written")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per Prometheus request (default 30)")
     add_prometheus_auth_flags(p)
     p.add_argument("--no-status", action="store_true", help="in-cluster: do not write status.retrain")
@@ -132,7 +135,7 @@ def _settings(args: argparse.Namespace) -> RetrainSettings:
             history=positive_duration("--history", args.history),
             min_history=positive_duration("--min-history", args.min_history),
             holdout=positive_duration("--holdout", args.holdout), max_missing_fraction=args.max_missing,
-            keep=args.keep,
+            keep=args.keep, reuse_earlier_weeks=not args.cold,
         )
         if args.models:
             settings = replace(settings, kinds=parse_kinds(args.models))

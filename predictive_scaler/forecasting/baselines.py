@@ -470,10 +470,23 @@ class HoltWintersForecaster:
     window: float = 3 * DAY
     #: Seasonal period in seconds (a day by default).
     season: float = DAY
+    #: Starting values of (alpha, beta, gamma, phi), e.g. last week's fit of this scaler: a warm
+    #: start; None, a mismatched length or values outside ETS's bounds start cold.
+    start: tuple[float, ...] | None = None
     kind: ClassVar[str] = "holt-winters"
 
     def fit(self, history: Series) -> HoltWintersModel:
         return memoized_fit(self, history, self._fit)
+
+    def _start(self, count: int) -> np.ndarray | None:
+        if self.start is None or len(self.start) != count:
+            return None
+        alpha, beta, gamma, phi = self.start
+        # ETS's own bounds (beta <= alpha, gamma <= 1 - alpha, phi in [0.8, 0.98]); a start outside
+        # them is a stored artifact that is not a fit of this model: start cold.
+        if not (0 < alpha < 1 and 0 <= beta <= alpha and 0 <= gamma <= 1 - alpha and 0.8 <= phi <= 0.98):
+            return None
+        return np.asarray(self.start, dtype=float)
 
     def _fit(self, history: Series) -> HoltWintersModel:
         from statsmodels.tsa.exponential_smoothing.ets import ETSModel
@@ -502,7 +515,8 @@ class HoltWintersForecaster:
                 )
                 # Only the parameters: the results object would also smooth the series and take a
                 # numerical Hessian for standard errors (two thirds of the fit's time, unused here).
-                params = ets.fit(disp=False, maxiter=200, return_params=True)
+                params = ets.fit(start_params=self._start(len(ets.param_names)), disp=False, maxiter=200,
+                                 return_params=True)
         except (ValueError, np.linalg.LinAlgError) as exc:
             raise ModelError(f"{history.name}: Holt-Winters fit failed ({exc})") from exc
         p = dict(zip(ets.param_names, np.asarray(params, dtype=float), strict=False))

@@ -226,6 +226,8 @@ class EnsembleForecaster:
     #: Quantile whose (shifted) pinball loss the weights minimise.
     quantile: float = DEFAULT_TARGET_QUANTILE
     resolution: int = WEIGHT_RESOLUTION
+    #: Options per member name on top of its recipe (e.g. a warm start: ``{"arima": {"start": …}}``).
+    member_options: Mapping[str, Mapping[str, Any]] | None = None
     kind: ClassVar[str] = "ensemble"
 
     def _fit_members(self, history: Series, names: Sequence[str], *, optional: bool) -> dict[str, FittedModel]:
@@ -236,8 +238,9 @@ class EnsembleForecaster:
         fitted: dict[str, FittedModel] = {}
         for name in names:
             kind, options = MEMBER_RECIPES.get(name, (name, {}))
+            extra = (self.member_options or {}).get(name) or {}
             try:
-                fitted[name] = forecaster(kind, **options).fit(history)
+                fitted[name] = forecaster(kind, **{**options, **extra}).fit(history)
             except ScalerError:
                 if not optional:
                     raise

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -98,6 +98,10 @@ class TrainingResult:
     metrics: dict[str, Any]
     #: Seconds the final fit took (wall clock).
     fit_seconds: float
+    #: Every candidate fitted (by kind), the served one among them.
+    candidates: Mapping[str, FittedModel] = field(default_factory=dict)
+    #: Where both scales of conformal shifts were tried: the losing one's mean pinball ÷ the kept one's.
+    scale_margins: Mapping[str, float] = field(default_factory=dict)
 
 
 def train_model(
@@ -111,19 +115,22 @@ def train_model(
     settings: EvaluationSettings | None = None,
     progress: Progress | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    scales: Mapping[str, str] | None = None,
 ) -> TrainingResult:
     """Fit and calibrate every kind on ``series``, score them cross-fitted, serve the best.
 
     See :func:`train_candidates`; ``metrics`` has the `evaluate --json` shape, its scores
     from the calibration window.
 
-    ``options`` gives a kind its forecaster options (e.g. ``{"prophet": {"holidays": …}}``).
+    ``options`` gives a kind its forecaster options (e.g. ``{"prophet": {"holidays": …}}``);
+    ``scales`` the one scale a kind's shifts are calibrated on (:data:`SCALES`) instead of trying both.
     """
     horizons = tuple(sorted({*(h for h in DEFAULT_HORIZONS if h <= horizon), horizon}))
     cfg = settings or EvaluationSettings(quantile=quantile, horizons=horizons, min_history=min_history)
     cfg = replace(cfg, quantile=quantile)
     grid = model_series(series, step_seconds)
-    trained = train_candidates(grid, kinds, cfg, horizon, progress=progress, options=options, every=False)
+    trained = train_candidates(grid, kinds, cfg, horizon, progress=progress, options=options, every=False,
+                               scales=scales)
     if trained.selected is None:
         failures = "; ".join(m.error or f"{k}: no score" for k, m in trained.scores.items())
         raise ModelError(f"{series.name}: no model could be evaluated ({failures})")
@@ -140,7 +147,8 @@ def train_model(
     if trained.reason:
         metrics["selection_reason"] = trained.reason
     return TrainingResult(model=trained.models[kind], kind=kind, metrics=metrics,
-                          fit_seconds=trained.fit_seconds[kind])
+                          fit_seconds=trained.fit_seconds[kind], candidates=dict(trained.models),
+                          scale_margins=dict(trained.scale_margins))
 
 
 SELECTION_METHOD = (
@@ -201,12 +209,15 @@ class TrainedCandidates:
     losses: Mapping[str, np.ndarray] | None = None
     #: ... the cross-fitted winner and why the served one was served.
     reason: str = ""
+    #: Where both scales were calibrated: the losing scale's mean pinball ÷ the kept one's (≥ 1).
+    scale_margins: Mapping[str, float] = field(default_factory=dict)
 
 
 def train_candidates(
     grid: Series, kinds: Sequence[str], cfg: EvaluationSettings,
     horizon: timedelta = timedelta(minutes=30), *, progress: Progress | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None, every: bool = True,
+    scales: Mapping[str, str] | None = None,
 ) -> TrainedCandidates:
     """Fit every kind on ``grid`` (on the model grid) up to its last calibration window C and
     calibrate it on C (:func:`fit_calibrated`: what is served). Each is also scored on C,
@@ -220,6 +231,10 @@ def train_candidates(
 
     On short history (:func:`short_history`) the choice is walk-forward instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
+
+    Shifts are calibrated on the log scale and in demand units, and the better one kept; a kind in
+    ``scales`` is calibrated on that scale only (the retraining job's ledger: the scale it kept
+    week after week).
     """
     if cfg.selection == "robust":
         return _train_robust(grid, kinds, cfg, horizon, progress=progress, options=options)
@@ -229,18 +244,25 @@ def train_candidates(
     scores: dict[str, ModelEvaluation] = {}
     fits: dict[str, float] = {}
     rows: dict[str, dict[int, np.ndarray]] = {}
+    margins: dict[str, float] = {}
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
     empty = {format_duration(h): dict.fromkeys(METRIC_NAMES) for h in cfg.horizons}
     for kind in kinds:
+        fixed = (scales or {}).get(kind)
         try:
-            model, fit_s = fit_calibrated(kind, grid, cfg, horizon, options=options)
-            horizons, rows[kind] = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate)
-            if not cfg.adaptive_calibration:
+            additive = fixed == "additive" and not cfg.adaptive_calibration
+            model, fit_s = fit_calibrated(kind, grid, cfg, horizon, options=options, additive=additive)
+            horizons, rows[kind] = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate,
+                                                   additive=additive)
+            if not cfg.adaptive_calibration and fixed is None:
                 # Shifts in demand units instead of on the log scale, when that scores better.
                 other = calibrated(model.base, grid, cfg, horizon, additive=True)
                 got = crossfit_scores(model.base, grid, cal, cfg, other.tracking_rate, additive=True)
-                if _mean_pinball(got[0]) < _mean_pinball(horizons):
+                log_loss, additive_loss = _mean_pinball(horizons), _mean_pinball(got[0])
+                if additive_loss < log_loss:
                     model, (horizons, rows[kind]) = other, got
+                if min(log_loss, additive_loss) > 0:
+                    margins[kind] = max(log_loss, additive_loss) / min(log_loss, additive_loss)
         except (ScalerError, ImportError, ValueError, np.linalg.LinAlgError) as exc:
             scores[kind] = ModelEvaluation(kind, empty, None, error=f"{kind}: {exc}")
         else:
@@ -261,9 +283,13 @@ def train_candidates(
         scores[COMBINATION] = ModelEvaluation(COMBINATION, horizons, None, origins=cal)
         fits[COMBINATION] = sum(fits[k] for k in members)
         return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=COMBINATION,
-                                 combination=(members, weights))
-    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
+                                 combination=(members, weights), scale_margins=margins)
+    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected,
+                             scale_margins=margins)
 
+
+#: The scales conformal shifts are calibrated on: log(x + c), or demand units.
+SCALES: tuple[str, ...] = ("log", "additive")
 
 COMBINATION = CombinationModel.kind
 #: The robust default the combination's weights shrink towards (one window's vote,

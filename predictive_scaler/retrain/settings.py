@@ -41,6 +41,10 @@ class RetrainSettings:
     idle_window: timedelta = timedelta(days=7)
     #: Versions kept per model in the store.
     keep: int = DEFAULT_KEEP
+    #: Learn from the scaler's earlier weeks (its selection ledger, :mod:`~predictive_scaler.retrain.ledger`):
+    #: skip candidates that kept losing by a wide margin and warm-start the slow fits from last week's
+    #: parameters. False: every week cold, every candidate scored (``retrain --cold``).
+    reuse_earlier_weeks: bool = True
 
     def __post_init__(self) -> None:
         if self.min_history < timedelta(days=1):

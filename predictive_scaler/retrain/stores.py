@@ -20,6 +20,7 @@ import pandas as pd
 from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.store import ModelStorage, TrainingWindow
+from predictive_scaler.retrain.ledger import LEDGER_FOLDER, LEDGER_ID, MAX_LEDGER_BYTES
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class ModelStorePort(Protocol):
 
     def promote(self, name: str, version: str) -> None:
         """Serve ``version`` (verified first; ModelError when refused — the old one keeps serving)."""
+        ...
+
+    def read_ledger(self, name: str) -> bytes | None:
+        """The selection ledger of ``name`` (:mod:`~predictive_scaler.retrain.ledger`), None when there is
+        none; ModelError/StoreError when it cannot be read."""
+        ...
+
+    def write_ledger(self, name: str, body: bytes) -> None:
+        """Replace the selection ledger of ``name`` (atomically; StoreError when it cannot be written)."""
         ...
 
 
@@ -93,6 +103,12 @@ class DirectoryStore:
     def promote(self, name: str, version: str) -> None:
         self.store.promote(name, version)  # verifies the written artifact before the pointer moves
 
+    def read_ledger(self, name: str) -> bytes | None:
+        return self.store.read_document(name, LEDGER_FOLDER, LEDGER_ID, limit=MAX_LEDGER_BYTES)
+
+    def write_ledger(self, name: str, body: bytes) -> None:
+        self.store.write_document(name, LEDGER_FOLDER, LEDGER_ID, body)
+
 
 @dataclass
 class MemoryStore:
@@ -102,6 +118,7 @@ class MemoryStore:
     #: What each published version was judged on (the metrics a manifest would hold).
     metrics: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     serving: dict[str, str] = field(default_factory=dict)
+    ledgers: dict[str, bytes] = field(default_factory=dict)
 
     def serving_version(self, name: str) -> str | None:
         return self.serving.get(name)
@@ -125,3 +142,9 @@ class MemoryStore:
         if version not in self.versions.get(name, {}):
             raise ModelError(f"model {name!r} has no version {version!r} in the in-memory store")
         self.serving[name] = version
+
+    def read_ledger(self, name: str) -> bytes | None:
+        return self.ledgers.get(name)
+
+    def write_ledger(self, name: str, body: bytes) -> None:
+        self.ledgers[name] = body

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,7 +41,14 @@ from predictive_scaler.capacity_estimate import (
     estimate_capacity,
     summarise_idle,
 )
-from predictive_scaler.errors import ConfigError, DataError, ModelError, ScalerError, SourceError
+from predictive_scaler.errors import (
+    ConfigError,
+    DataError,
+    ModelError,
+    ScalerError,
+    SourceError,
+    StoreError,
+)
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.evaluation import (
     DEFAULT_HORIZONS,
@@ -61,6 +68,7 @@ from predictive_scaler.forecasting.walkforward import DEFAULT_WINDOW_STEPS, walk
 from predictive_scaler.policy import events as event_policy
 from predictive_scaler.policy.slo_capacity import Slo, estimate_slo_capacity
 from predictive_scaler.retrain.history import HistoryPort, ServingPort
+from predictive_scaler.retrain.ledger import Ledger, relative_scores
 from predictive_scaler.retrain.outcome import ScalerOutcome, iso_time, learned_capacity_record
 from predictive_scaler.retrain.settings import RetrainSettings, ScalerTarget
 from predictive_scaler.retrain.stores import ModelStorePort
@@ -151,15 +159,58 @@ def guarded(target: ScalerTarget, run_id: str, store: ModelStorePort,
 
 
 def _fit_challenger(fit_part: Series, spec: ScalerSpec, settings: RetrainSettings,
-                    horizons: tuple[timedelta, ...], scored: timedelta) -> TrainingResult:
-    """Select and fit the challenger on ``fit_part``, candidates scored on its last ``scored``."""
+                    horizons: tuple[timedelta, ...], scored: timedelta, *, kinds: Sequence[str] | None = None,
+                    warm: Mapping[str, Mapping[str, Any]] | None = None,
+                    scales: Mapping[str, str] | None = None) -> TrainingResult:
+    """Select and fit the challenger on ``fit_part``, candidates (``kinds``, default the settings')
+    scored on its last ``scored``; ``warm``: forecaster options that warm-start fits."""
     eval_settings = EvaluationSettings(quantile=spec.quantile, horizons=horizons,
                                        min_history=fit_part.span - scored)
     # Past occurrences of the scaler's scheduled events are Prophet's holidays for this fit.
-    options = event_policy.forecaster_options(spec.events, fit_part.start.timestamp(), fit_part.end.timestamp())
-    return train_model(fit_part, settings.kinds, spec.quantile, max(horizons),
+    options: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (warm or {}).items()}
+    for kind, extra in event_policy.forecaster_options(spec.events, fit_part.start.timestamp(),
+                                                       fit_part.end.timestamp()).items():
+        options[kind] = {**options.get(kind, {}), **extra}
+    return train_model(fit_part, tuple(kinds or settings.kinds), spec.quantile, max(horizons),
                        min_history=eval_settings.min_history, step_seconds=spec.model.step_seconds,
-                       settings=eval_settings, options=options)
+                       settings=eval_settings, options=options, scales=scales)
+
+
+def _challenger_from_ledger(store: ModelStorePort, model_name: str, fit_part: Series, spec: ScalerSpec,
+                            settings: RetrainSettings, horizons: tuple[timedelta, ...], scored: timedelta,
+                            end: datetime, run_id: str, notes: list[str]) -> TrainingResult:
+    """:func:`_fit_challenger` after the scaler's earlier weeks (its ledger: losers skipped, fits
+    warm-started), and the ledger updated with this week; cold when ``reuse_earlier_weeks`` is off."""
+    if not settings.reuse_earlier_weeks:
+        return _fit_challenger(fit_part, spec, settings, horizons, scored)
+    ledger = _read_ledger(store, model_name, notes)
+    skipped = ledger.skipped(settings.kinds, model_name, end)
+    if skipped:
+        notes.append("candidates skipped: " + "; ".join(f"{k}: {why}" for k, why in skipped.items()))
+    result = _fit_challenger(fit_part, spec, settings, horizons, scored,
+                             kinds=[k for k in settings.kinds if k not in skipped], warm=ledger.options(),
+                             scales=ledger.scales(settings.kinds, model_name, end))
+    relative = relative_scores(result.metrics.get("models", {}), settings.kinds)
+    _write_ledger(store, model_name, ledger.after(run_id, end, relative, result.candidates, result.scale_margins),
+                  notes)
+    return result
+
+
+def _read_ledger(store: ModelStorePort, model_name: str, notes: list[str]) -> Ledger:
+    """The scaler's selection ledger; a missing or unreadable one is a cold week (a note), never a failure."""
+    try:
+        body = store.read_ledger(model_name)
+        return Ledger() if body is None else Ledger.from_json(body)
+    except (ModelError, StoreError) as exc:
+        notes.append(f"selection ledger not used ({exc})")
+        return Ledger()
+
+
+def _write_ledger(store: ModelStorePort, model_name: str, ledger: Ledger, notes: list[str]) -> None:
+    try:
+        store.write_ledger(model_name, ledger.to_json())
+    except StoreError as exc:
+        notes.append(f"selection ledger not written ({exc}); next week runs cold")
 
 
 def history_fingerprint(grid: Series, spec: ScalerSpec, settings: RetrainSettings) -> str:
@@ -231,7 +282,8 @@ def _train_and_promote(target: ScalerTarget, history: HistoryPort, store: ModelS
         return replace(base, result="kept", serving_version=unchanged, notes=tuple(notes), capacity=capacity,
                        idle_gpus=idle, reason=(f"history unchanged since serving version {unchanged} was trained "
                                                "on it (same fingerprint): nothing new to learn; keep serving"))
-    result = _fit_challenger(fit_part, spec, settings, horizons, scored)
+    result = _challenger_from_ledger(store, model_name, fit_part, spec, settings, horizons, scored,
+                                     end, run_id, notes)
     challenger = result.model
 
     serving_version = store.serving_version(model_name)
