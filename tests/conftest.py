@@ -41,6 +41,10 @@ from tests.support.prometheus import (
     standard_history,
 )
 
+# One SeaweedFS for the session, whichever object-store modules run (a fixture imported into each module
+# would start one per module).
+from tests.support.seaweedfs import seaweedfs  # noqa: F401
+
 TESTS = Path(__file__).parent
 profiles.register()
 

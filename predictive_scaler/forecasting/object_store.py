@@ -63,6 +63,7 @@ from predictive_scaler.forecasting.store import (
     _parse_json,
     artifact_bytes,
     parse_manifest,
+    serving_problems,
     verify_artifact,
 )
 from predictive_scaler.series import to_utc
@@ -411,20 +412,7 @@ class ObjectModelStore:
         if not infos and not self._version_objects(name):
             return VerifyReport(name, None, 0, (f"model {name!r} is not in {self.location}; {_RETRAIN} --out "
                                                 f"{self.location}",))
-        problems: list[str] = []
-        pointer, damaged = self.pointer_or_problem(name)
-        serving_ok = False
-        if damaged:
-            problems.append(damaged)
-        elif pointer is None:
-            problems.append(f"model {name!r} has no serving pointer; promote a version with "
-                            "`predictive-scaler models promote`")
-        else:
-            try:
-                self.serving(name)
-                serving_ok = True
-            except ModelError as exc:
-                problems.append(f"serving version {pointer.version}: {exc}")
+        problems, serving_ok = serving_problems(self, name)
         for info in infos:
             try:
                 self.load(name, info.version)
@@ -438,6 +426,7 @@ class ObjectModelStore:
                     continue
                 report = self._verify_one(name, repair=False)
                 return report.with_repair(f"serving pointer repaired: now {loaded.path.name}")
+        pointer = self.pointer_or_problem(name)[0]
         return VerifyReport(name, pointer.version if pointer else None, len(infos), tuple(problems))
 
     # documents

@@ -784,17 +784,7 @@ class ModelStore:
                     f"{versions}: is {what}, not a directory — the store keeps the versions of {name!r} there; "
                     f"move it aside, then {_RETRAIN} --out {self.root}",))
             return VerifyReport(name, None, 0, (f"model {name!r} is not in {self.root}; {_RETRAIN} --out {self.root}",))
-        pointer, damaged = self.pointer_or_problem(name)
-        if damaged:
-            problems.append(damaged)
-        elif pointer is None:
-            problems.append(f"model {name!r} has no serving pointer; promote a version with "
-                            "`predictive-scaler models promote`")
-        else:
-            try:
-                self.serving(name)
-            except ModelError as exc:
-                problems.append(f"serving version {pointer.version}: {exc}")
+        problems.extend(serving_problems(self, name)[0])
         for info in infos:
             try:
                 load_artifact(self.version_dir(name, info.version))
@@ -1041,6 +1031,21 @@ class ModelStorage(Protocol):
     def read_document(self, name: str, folder: str, doc_id: str, *, limit: int = 1 << 20) -> bytes | None: ...
 
     def write_document(self, name: str, folder: str, doc_id: str, body: bytes) -> None: ...
+
+
+def serving_problems(store: ModelStorage, name: str) -> tuple[builtins.list[str], bool]:
+    """What ``models verify`` says of ``name``'s serving pointer and the version it names, whatever holds
+    the store; and whether that version serves (verified)."""
+    pointer, damaged = store.pointer_or_problem(name)
+    if damaged:
+        return [damaged], False
+    if pointer is None:
+        return [f"model {name!r} has no serving pointer; promote a version with `predictive-scaler models promote`"], False
+    try:
+        store.serving(name)
+    except ModelError as exc:
+        return [f"serving version {pointer.version}: {exc}"], False
+    return [], True
 
 
 def is_object_store_url(location: str | Path) -> bool:

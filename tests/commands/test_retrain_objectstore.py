@@ -20,7 +20,7 @@ from predictive_scaler.core.sharding import shard_of
 from predictive_scaler.forecasting.object_store import ObjectModelStore
 from tests.commands.test_retrain_cmd import MODELS, START, histories, scaler
 from tests.support.prometheus import PrometheusServer, backfill, running_prometheus
-from tests.support.seaweedfs import SeaweedFS, seaweedfs  # noqa: F401 - the fixture
+from tests.support.seaweedfs import SeaweedFS
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.objectstore, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
         yield server
 
 
-def test_two_shards_write_one_bucket_and_both_promote(prometheus: PrometheusServer, seaweedfs: SeaweedFS,  # noqa: F811
+def test_two_shards_write_one_bucket_and_both_promote(prometheus: PrometheusServer, seaweedfs: SeaweedFS,
                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert {shard_of(f"ml/{n}", 2) for n in NAMES} == {0, 1}  # one scaler per shard

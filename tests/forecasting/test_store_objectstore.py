@@ -18,7 +18,7 @@ from predictive_scaler.errors import ConfigError, ModelError
 from predictive_scaler.forecasting.object_store import ObjectModelStore
 from predictive_scaler.forecasting.store import MANIFEST_FILE, MODEL_FILE, open_store
 from tests.support.objectstore_writer import model, window
-from tests.support.seaweedfs import SeaweedFS, client, seaweedfs  # noqa: F401 - the fixture
+from tests.support.seaweedfs import SeaweedFS, client
 
 pytestmark = [pytest.mark.objectstore, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def s3_env(seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> SeaweedFS:  # noqa: F811
+def s3_env(seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> SeaweedFS:
     for key, value in seaweedfs.env().items():
         monkeypatch.setenv(key, value)
     return seaweedfs

@@ -8,19 +8,13 @@ mTLS presents ``tlsClientCert`` / ``tlsClientKey``.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from predictive_scaler.clock import FakeClock
 from predictive_scaler.controller.settings import ControllerSettings
@@ -30,61 +24,19 @@ from predictive_scaler.keda import externalscaler_pb2_grpc as pb_grpc
 from predictive_scaler.keda.board import KedaBoard
 from predictive_scaler.keda.server import KedaServer
 from predictive_scaler.keda.tls import TlsFiles
+from tests.support.pki import Pem, authority, leaf
 
 HOST = "predictive-scaler-keda.predictive-scaler-system.svc"
 NOW = dt.datetime.now(dt.UTC)
 
 
-@dataclass(frozen=True)
-class Pem:
-    cert: bytes
-    key: bytes
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def authority(cn: str) -> tuple[Pem, Any, Any]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn)).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(NOW - dt.timedelta(minutes=5))
-            .not_valid_after(NOW + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
-    return _pem(cert, key), cert, key
-
-
-def leaf(ca: tuple[Pem, Any, Any], cn: str, *, server: bool) -> Pem:
-    _, ca_cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(NOW - dt.timedelta(minutes=5)).not_valid_after(NOW + dt.timedelta(days=1))
-               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                     else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.DNSName(HOST), x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False)
-    return _pem(builder.sign(ca_key, hashes.SHA256()), key)
-
-
-def _pem(cert: Any, key: Any) -> Pem:
-    return Pem(cert.public_bytes(serialization.Encoding.PEM),
-               key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption()))
-
-
 @pytest.fixture(scope="module")
 def pki() -> dict[str, Any]:
     ca, other = authority("predictive-scaler test CA"), authority("someone else's CA")
-    return {"ca": ca[0], "other": other[0], "server": leaf(ca, HOST, server=True),
+    names = (HOST, "localhost")
+    return {"ca": ca.pem, "other": other.pem, "server": leaf(ca, HOST, server=True, dns_names=names),
             "keda": leaf(ca, "keda-operator", server=False), "stranger": leaf(other, "keda-operator", server=False),
-            "server2": leaf(other, HOST, server=True), "other_ca": other}
+            "server2": leaf(other, HOST, server=True, dns_names=names)}
 
 
 def write(tmp: Path, server: Pem, client_ca: Pem | None) -> TlsFiles:

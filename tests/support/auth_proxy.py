@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import http.client
-import ipaddress
 import ssl
 import threading
 from collections.abc import Iterator
@@ -27,10 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tests.support.pki import authority, leaf
 
 TENANT_HEADER = "X-Scope-OrgID"
 UPSTREAM_TIMEOUT_SECONDS = 30.0
@@ -49,57 +44,16 @@ class Pki:
     other_ca: Path
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _authority(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    now = dt.datetime.now(dt.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn)).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False),
-                           critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
-    return cert, key
-
-
-def _leaf(ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], cn: str, *,
-          server: bool) -> tuple[bytes, bytes]:
-    now = dt.datetime.now(dt.UTC)
-    ca_cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                     else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False))
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
-
-
 def make_pki(directory: Path) -> Pki:
     """Fresh certificates under ``directory`` (a test's tmp_path)."""
     directory.mkdir(parents=True, exist_ok=True)
-    ca = _authority("test prometheus CA")
-    other, _ = _authority("some other CA")
-    server_cert, server_key = _leaf(ca, "127.0.0.1", server=True)
-    client_cert, client_key = _leaf(ca, "predictive-scaler", server=False)
+    ca = authority("test prometheus CA")
+    other = authority("some other CA")
+    server = leaf(ca, "127.0.0.1", server=True)
+    client = leaf(ca, "predictive-scaler", server=False)
     files = {
-        "ca": ca[0].public_bytes(serialization.Encoding.PEM), "server_cert": server_cert, "server_key": server_key,
-        "client_cert": client_cert, "client_key": client_key,
-        "other_ca": other.public_bytes(serialization.Encoding.PEM),
+        "ca": ca.pem.cert, "server_cert": server.cert, "server_key": server.key,
+        "client_cert": client.cert, "client_key": client.key, "other_ca": other.pem.cert,
     }
     paths = {}
     for name, data in files.items():
