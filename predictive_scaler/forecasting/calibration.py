@@ -12,6 +12,8 @@ low and down where it was too wide. Coverage is always measured on later data.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -25,6 +27,7 @@ from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, 
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     check_origins,
+    history_key,
     max_horizon_steps,
     on_model_grid,
     walk_forward,
@@ -494,6 +497,33 @@ def recency_weights(origins: np.ndarray, step_seconds: int, half_life_seconds: f
     return np.asarray(np.exp2(-age / half_life_seconds), dtype=float)
 
 
+#: Base forecasts kept for the next calibration of the same model on the same data: a training run
+#: calibrates each candidate twice on the same window (shifts on the log scale and in demand units),
+#: and each cross-fitting half twice too; the forecasts are the same numbers, computed once.
+_BASE_FORECASTS_KEPT = 4
+_BASE_FORECASTS: OrderedDict[tuple[Any, ...], tuple[FittedModel, np.ndarray]] = OrderedDict()
+_BASE_FORECASTS_LOCK = threading.Lock()
+
+
+def _base_forecasts(base: FittedModel, series: Series, first_origin: int, stride: int, origins: np.ndarray,
+                    h_max: int, quantiles: tuple[float, ...]) -> np.ndarray:
+    """``walk_forward(base, series, origins, h_max, quantiles)``, read-only, shared with the last
+    calibrations of the same model object on the same series (start, step, every value)."""
+    key = (id(base), history_key(series), first_origin, stride, h_max, quantiles)
+    with _BASE_FORECASTS_LOCK:
+        hit = _BASE_FORECASTS.get(key)
+        if hit is not None and hit[0] is base:  # the model is held, so its id cannot have been reused
+            _BASE_FORECASTS.move_to_end(key)
+            return hit[1]
+    forecasts = np.array(walk_forward(base, series, origins, h_max, quantiles))  # a copy of its own
+    forecasts.flags.writeable = False
+    with _BASE_FORECASTS_LOCK:
+        _BASE_FORECASTS[key] = (base, forecasts)
+        while len(_BASE_FORECASTS) > _BASE_FORECASTS_KEPT:
+            _BASE_FORECASTS.popitem(last=False)
+    return forecasts
+
+
 def calibrate(
     base: FittedModel,
     series: Series,
@@ -524,7 +554,7 @@ def calibrate(
     h_max = horizon_steps or max_horizon_steps(series.step_seconds)
     origins = check_origins(series, np.arange(first_origin, len(series) - 1, max(1, stride)))
     base_qs = _with_median(qs)
-    forecasts = walk_forward(base, series, origins, h_max, base_qs)  # (n, k, h)
+    forecasts = _base_forecasts(base, series, first_origin, max(1, stride), origins, h_max, base_qs)  # (n, k, h)
     log_offset = float(getattr(base, "log_offset", 0.0)) or choose_log_offset(series.values[: first_origin + 1])
     actual = np.full((origins.size, h_max), np.nan)
     for h in range(1, h_max + 1):

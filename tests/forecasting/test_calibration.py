@@ -205,3 +205,24 @@ def test_tracking_holds_coverage_when_the_regime_moves_after_calibration(shift):
     many = walk_forward(model, series.slice(t + 1 - model.window_steps, t + 1), np.array([model.window_steps - 1]),
                         6, (0.5, 0.95))[0]
     np.testing.assert_allclose(one, many)
+
+
+def test_calibrating_one_model_twice_on_one_window_forecasts_once(series, base, monkeypatch):
+    """A training run calibrates each candidate on the log scale and in demand units on the same window:
+    the base forecasts are computed once and are the same numbers either way; other data is forecast anew."""
+    from collections import OrderedDict
+
+    from predictive_scaler.forecasting import calibration
+
+    monkeypatch.setattr(calibration, "_BASE_FORECASTS", OrderedDict())  # what earlier tests kept is not ours
+    calls = []
+    real = calibration.walk_forward
+    monkeypatch.setattr(calibration, "walk_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    window = series.slice(0, 8 * DAY)
+    log = calibrate(base, window, 4 * DAY - 1, horizon_steps=6)
+    additive = calibrate(base, window, 4 * DAY - 1, horizon_steps=6, additive=True)
+    assert len(calls) == 1 and additive.additive and not log.additive
+    calibration._BASE_FORECASTS.clear()  # nothing kept: computed again, the same model
+    assert calibrate(base, window, 4 * DAY - 1, horizon_steps=6, additive=True).to_params() == additive.to_params()
+    calibrate(base, series.slice(0, 9 * DAY), 4 * DAY - 1, horizon_steps=6)  # other data: not shared
+    assert len(calls) == 3
