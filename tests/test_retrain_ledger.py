@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,3 +183,33 @@ def test_cold_settings_neither_read_nor_write_the_ledger() -> None:
     settings = replace(FAST, reuse_earlier_weeks=False)
     train_and_promote(t, FakeHistory({t.key: synthetic(35)}), store, settings, START + timedelta(days=28), "w1")
     assert store.ledgers == {}
+
+
+@pytest.mark.parametrize("planted", ["a directory at the ledger", "a file at its folder", "a FIFO at the ledger"])
+def test_a_ledger_path_that_is_not_a_file_never_costs_the_week(planted: str, tmp_path: Path) -> None:
+    """Whatever sits where the ledger goes, the scaler is trained and promoted, cold, and the notes say why;
+    nothing blocks on a FIFO."""
+    import os
+
+    from predictive_scaler.forecasting.store import ModelStore
+    from predictive_scaler.retrain.stores import DirectoryStore
+
+    t = target("chat")
+    folder = tmp_path / t.model_name / "selection"
+    if planted == "a directory at the ledger":
+        (folder / "ledger.json").mkdir(parents=True)
+    elif planted == "a file at its folder":
+        folder.parent.mkdir(parents=True)
+        folder.write_text("not a folder")
+    else:
+        folder.mkdir(parents=True)
+        os.mkfifo(folder / "ledger.json")
+    outcome = train_and_promote(t, FakeHistory({t.key: synthetic(35)}), DirectoryStore(ModelStore(tmp_path)), FAST,
+                                START + timedelta(days=28), "w1")
+    assert outcome.result == "promoted", outcome.reason
+    said = " ".join(outcome.notes)
+    if planted == "a FIFO at the ledger":
+        assert "selection ledger not used" in said and "FIFO" in said
+        assert Ledger.from_json((folder / "ledger.json").read_bytes()).weeks[-1].run_id == "w1"  # replaced
+    else:
+        assert "selection ledger not written" in said and "next week runs cold" in said
