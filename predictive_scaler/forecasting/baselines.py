@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
+from predictive_scaler.forecasting.ets_likelihood import seasonal_ets
 from predictive_scaler.forecasting.logscale import (
     RESIDUAL_GRID,
     choose_log_offset,
@@ -489,8 +490,6 @@ class HoltWintersForecaster:
         return np.asarray(self.start, dtype=float)
 
     def _fit(self, history: Series) -> HoltWintersModel:
-        from statsmodels.tsa.exponential_smoothing.ets import ETSModel
-
         season = max(2, int(self.season // history.step_seconds))
         # Three daily cycles; a longer season needs two whole cycles to tell them apart.
         need = max(3 * max(2, DAY // history.step_seconds), 2 * season + 10)
@@ -509,10 +508,7 @@ class HoltWintersForecaster:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                ets = ETSModel(
-                    filled, error="add", trend="add", damped_trend=True, seasonal="add",
-                    seasonal_periods=season, initialization_method="heuristic",
-                )
+                ets = seasonal_ets(filled, season)
                 # Only the parameters: the results object would also smooth the series and take a
                 # numerical Hessian for standard errors (two thirds of the fit's time, unused here).
                 params = ets.fit(start_params=self._start(len(ets.param_names)), disp=False, maxiter=200,

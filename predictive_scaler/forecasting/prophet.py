@@ -365,16 +365,14 @@ def _paths(state: _FilterState, phi: float, theta: float, steps: int) -> np.ndar
 
 
 def _fit_arima(residual: np.ndarray) -> tuple[float, float]:
-    """Maximum-likelihood (phi, theta) of ARIMA(1,1,1) on the residual; NaN gaps handled by Kalman."""
-    from statsmodels.tsa.statespace.sarimax import SARIMAX
+    """Maximum-likelihood (phi, theta) of ARIMA(1,1,1) on the residual, the MA inside the ARIMA
+    candidate's limit (:func:`~predictive_scaler.forecasting.arima.fit_residual_arima`: this
+    model's filter also starts from a finite window); NaN gaps handled by Kalman."""
+    from predictive_scaler.forecasting.arima import fit_residual_arima
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # convergence chatter; the result is checked below
-            # The variance concentrated out: two parameters to search, not three (it is not kept).
-            res = SARIMAX(residual, order=(1, 1, 1), concentrate_scale=True).fit(
-                disp=False, maxiter=100, cov_type="none")  # no Hessian
-        phi, theta = float(res.params[0]), float(res.params[1])
+        params = fit_residual_arima(residual, (1, 1, 1))
+        phi, theta = float(params[0]), float(params[1])
     except (np.linalg.LinAlgError, ValueError) as exc:
         raise ModelError(f"prophet: the residual ARIMA(1,1,1) failed to fit ({exc}); check the trace for long constant stretches") from exc
     if not (math.isfinite(phi) and math.isfinite(theta)) or abs(phi) >= 1 or abs(theta) >= 1:

@@ -1,11 +1,16 @@
-"""ARIMA's steady-state forecast path against statsmodels' Kalman filter, and where it stands aside."""
+"""ARIMA: the steady-state forecast path against statsmodels' Kalman filter, where it stands aside, and the residual fit."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from predictive_scaler.forecasting.arima import ArimaModel, steady_state_moments
+from predictive_scaler.forecasting.arima import (
+    MA_LIMIT,
+    ArimaModel,
+    fit_residual_arima,
+    steady_state_moments,
+)
 
 
 def _model(order: tuple[int, int, int], params: tuple[float, ...]) -> ArimaModel:
@@ -77,3 +82,59 @@ def test_a_gap_in_the_window_still_forecasts_through_the_kalman_filter():
     mean, var = model._residual_moments(resid, np.array([360, 399]), 6)
     assert np.all(np.isfinite(mean)) and np.all(np.isfinite(var))
     np.testing.assert_array_equal(mean, model._kalman_moments(resid, np.array([360, 399]), 6)[0])
+
+
+def _arma_111(n: int, phi: float, theta: float, seed: int) -> np.ndarray:
+    """A path of ARIMA(1,1,1): the cumulative sum of an ARMA(1,1)."""
+    from scipy.signal import lfilter
+
+    e = np.random.default_rng(seed).standard_normal(n)
+    return np.cumsum(lfilter([1.0, theta], [1.0, -phi], e))
+
+
+def _unbounded_then_clipped(resid: np.ndarray) -> np.ndarray:
+    """The fit before the MA was searched inside its limit: unbounded, then clipped."""
+    import warnings
+
+    from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = SARIMAX(resid, order=(1, 1, 1), concentrate_scale=True).fit(disp=False, maxiter=100, cov_type="none")
+    params = np.asarray(res.params, dtype=float)
+    params[1] = np.clip(params[1], -MA_LIMIT, MA_LIMIT)
+    return params
+
+
+def _concentrated_loglike(resid: np.ndarray, params: np.ndarray) -> float:
+    from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+    return float(SARIMAX(resid, order=(1, 1, 1), concentrate_scale=True).loglike(params[:2]))
+
+
+def test_an_over_differenced_residual_gets_the_best_ar_for_the_served_ma() -> None:
+    # Stationary noise differenced once: the unbounded MA runs to -1 and is clipped afterwards,
+    # leaving an AR fitted for another MA. Searched inside the limit, the likelihood of what is
+    # served is at least as high.
+    resid = np.random.default_rng(3).standard_normal(4000) + 0.3 * np.sin(np.arange(4000) / 40)
+    params = fit_residual_arima(resid, (1, 1, 1))
+    assert params[1] == pytest.approx(-MA_LIMIT)
+    assert params[-1] > 0  # the variance, last
+    old = _unbounded_then_clipped(resid)
+    assert old[1] == pytest.approx(-MA_LIMIT)
+    assert _concentrated_loglike(resid, params) >= _concentrated_loglike(resid, old) - 1e-6
+
+
+@pytest.mark.parametrize(("phi", "theta"), [(0.5, -0.6), (0.3, 0.4), (0.8, -0.2)])
+def test_an_ma_inside_the_limit_is_the_unbounded_optimum(phi: float, theta: float) -> None:
+    resid = _arma_111(5000, phi, theta, seed=int(10 * phi))
+    params = fit_residual_arima(resid, (1, 1, 1))
+    old = _unbounded_then_clipped(resid)
+    np.testing.assert_allclose(params[:2], old, atol=2e-3)
+    assert params[0] == pytest.approx(phi, abs=0.1) and params[1] == pytest.approx(theta, abs=0.1)
+
+
+def test_higher_ma_orders_stay_invertible_and_inside_the_limit() -> None:
+    resid = np.random.default_rng(5).standard_normal(3000)
+    params = fit_residual_arima(resid, (1, 1, 2))
+    assert np.all(np.abs(params[1:3]) <= MA_LIMIT)
