@@ -120,15 +120,15 @@ def fit_residual_arima(resid: np.ndarray, order: tuple[int, int, int]) -> np.nda
     model = _quiet_sarimax(resid, order, concentrate_scale=True, enforce_invertibility=not bounded)
     ma = [i for i, name in enumerate(model.param_names) if name.startswith("ma.")]
     options: dict[str, Any] = {}
-    if bounded:
-        start = np.asarray(model.start_params, dtype=float)
-        start[ma] = np.clip(np.nan_to_num(start[ma]), -MA_LIMIT, MA_LIMIT)
-        # Bounds apply to the searched (untransformed) vector: AR terms are kept stationary by
-        # statsmodels' transform, the MA by the box.
-        options = {"start_params": start,
-                   "bounds": [(-MA_LIMIT, MA_LIMIT) if i in ma else (None, None) for i in range(start.size)]}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore")  # statsmodels' notes on its start values and convergence
+        if bounded:
+            start = np.asarray(model.start_params, dtype=float)
+            start[ma] = np.clip(np.nan_to_num(start[ma]), -MA_LIMIT, MA_LIMIT)
+            # Bounds apply to the searched (untransformed) vector: AR terms are kept stationary by
+            # statsmodels' transform, the MA by the box.
+            options = {"start_params": start,
+                       "bounds": [(-MA_LIMIT, MA_LIMIT) if i in ma else (None, None) for i in range(start.size)]}
         res = model.fit(disp=False, maxiter=100, cov_type="none", **options)  # parameters only: no Hessian
     # The concentrated variance goes last, where the unconcentrated model keeps sigma2.
     params = np.append(np.asarray(res.params, dtype=float), float(res.scale))

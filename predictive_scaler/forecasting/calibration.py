@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -446,8 +447,7 @@ def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: n
     idx = np.arange(n)
     for fit, test in ((idx[:half], idx[half:]), (idx[half:], idx[:half])):
         static = np.array([[conformal_quantile(scores[fit, h], q) for h in range(h_max)]])
-        iqr = np.array([[max(float(np.subtract(*np.nanpercentile(scores[fit, h], [75, 25]))), 0.0)
-                         for h in range(h_max)]])
+        iqr = np.maximum(interquartile_ranges(scores[fit]), 0.0)[None, :]
         actual = _inv(actual_log[test], log_offset, additive)
         ok = np.isfinite(actual_log[test]) & np.isfinite(base_log[test])
         for i, rate in enumerate(rates):
@@ -457,6 +457,18 @@ def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: n
             diff = np.where(ok, actual - upper, 0.0)
             loss[i] += float(np.sum(np.maximum(q * diff, (q - 1.0) * diff)))
     return float(rates[int(np.argmin(loss))])
+
+
+def interquartile_ranges(scores: np.ndarray) -> np.ndarray:
+    """Each column's interquartile range (NaN ignored; NaN for a column with no number): one
+    vectorised percentile where nothing is missing, the same numbers as column by column."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN, as documented
+        if np.isfinite(scores).all():
+            upper, lower = np.percentile(scores, [75, 25], axis=0)
+        else:
+            upper, lower = np.nanpercentile(scores, [75, 25], axis=0)
+    return np.asarray(upper - lower, dtype=float)
 
 
 def conformal_quantile(scores: np.ndarray, q: float) -> float:
@@ -598,7 +610,7 @@ def calibrate(
             scores = actual_log - log_of(forecasts[:, base_qs.index(q), :])
         offsets.append(tuple(conformal_quantile(scores[:, h], q) if weights is None
                              else weighted_conformal_quantile(scores[:, h], q, weights) for h in range(h_max)))
-        iqr = [float(np.subtract(*np.nanpercentile(scores[:, h], [75, 25]))) for h in range(h_max)]
+        iqr = interquartile_ranges(scores).tolist()
         steps.append(tuple(rate * max(v, 0.0) for v in iqr))
     track = floor == 0 and rate > 0
     return CalibratedModel(base=base, quantiles=qs, offsets=tuple(offsets), log_offset=log_offset,

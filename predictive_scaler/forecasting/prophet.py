@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -143,6 +143,7 @@ class ProphetForecaster:
             uncertainty_samples=0,
             holidays=_holiday_frame(s.holidays),
         )
+        model.stan_backend.prepare_data = arrays_for_stan(model.stan_backend.prepare_data)
         try:
             with warnings.catch_warnings():
                 # Prophet's own pandas deprecation notices are not the user's to act on.
@@ -362,6 +363,20 @@ def _paths(state: _FilterState, phi: float, theta: float, steps: int) -> np.ndar
         out[:, h] = lv
         d = phi * d
     return out
+
+
+def arrays_for_stan(prepare: Callable[[Any, Any], tuple[dict[str, Any], dict[str, Any]]]
+                    ) -> Callable[[Any, Any], tuple[dict[str, Any], dict[str, Any]]]:
+    """Prophet's ``prepare_data`` with its lists handed on as arrays.
+
+    Prophet gives cmdstanpy its data as Python lists, which cmdstanpy's JSON writer (stanio)
+    then walks number by number: about 0.09 CPU-s for three weeks at 5 minutes, a fifth of the
+    fit. Arrays take stanio's vectorised path and write the same file."""
+    def prepare_arrays(init: Any, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        inits, values = prepare(init, data)
+        return ({k: np.asarray(v) if isinstance(v, list) else v for k, v in inits.items()},
+                {k: np.asarray(v) if isinstance(v, list) else v for k, v in values.items()})
+    return prepare_arrays
 
 
 def _fit_arima(residual: np.ndarray) -> tuple[float, float]:

@@ -226,3 +226,26 @@ def test_calibrating_one_model_twice_on_one_window_forecasts_once(series, base, 
     assert calibrate(base, window, 4 * DAY - 1, horizon_steps=6, additive=True).to_params() == additive.to_params()
     calibrate(base, series.slice(0, 9 * DAY), 4 * DAY - 1, horizon_steps=6)  # other data: not shared
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("gaps", ["none", "some", "a column of gaps", "infinities"])
+def test_interquartile_ranges_are_column_by_column_nanpercentile(gaps: str) -> None:
+    import warnings
+
+    from predictive_scaler.forecasting.calibration import interquartile_ranges
+
+    rng = np.random.default_rng(7)
+    scores = rng.standard_normal((301, 6)) * np.arange(1, 7)
+    if gaps == "some":
+        scores[rng.random(scores.shape) < 0.1] = np.nan
+    elif gaps == "a column of gaps":
+        scores[:, 2] = np.nan
+        scores[::7, 4] = np.nan
+    elif gaps == "infinities":
+        scores[3, 1] = np.inf
+        scores[5, 1] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = [float(np.subtract(*np.nanpercentile(scores[:, h], [75, 25]))) for h in range(6)]
+    got = interquartile_ranges(scores)
+    np.testing.assert_array_equal(got, np.asarray(expected))

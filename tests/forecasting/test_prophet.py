@@ -201,3 +201,26 @@ def test_banded_errors_agree_when_noise_does_not_depend_on_level(model: ProphetM
     assert len(model.level_edges) == 2 and model.error_quantiles.shape[0] == 3
     width = model.error_quantiles[:, 0, -3] - model.error_quantiles[:, 0, 2]  # ~P99.5 − P0.5 at h=1
     assert width.max() / width.min() < 1.5
+
+
+def test_the_data_handed_to_cmdstan_as_arrays_writes_the_same_json(train: Series, monkeypatch) -> None:
+    from prophet.models import CmdStanPyBackend
+    from stanio.json import dump_stan_json
+
+    from predictive_scaler.forecasting.prophet import arrays_for_stan
+
+    seen: list[tuple[str, str]] = []
+    original = CmdStanPyBackend.prepare_data
+
+    def spy(init, data):
+        as_lists = original(init, data)
+        as_arrays = arrays_for_stan(original)(init, data)
+        seen.extend((dump_stan_json(a), dump_stan_json(b)) for a, b in zip(as_lists, as_arrays, strict=True))
+        assert isinstance(as_arrays[1]["X"], np.ndarray)  # the vectorised path is the one taken
+        return as_lists
+
+    monkeypatch.setattr(CmdStanPyBackend, "prepare_data", staticmethod(spy))
+    ProphetForecaster().fit(train)
+    assert len(seen) == 2  # the inits and the data
+    for lists, arrays in seen:
+        assert lists == arrays
