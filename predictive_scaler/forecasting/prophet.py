@@ -143,7 +143,9 @@ class ProphetForecaster:
             uncertainty_samples=0,
             holidays=_holiday_frame(s.holidays),
         )
-        model.stan_backend.prepare_data = arrays_for_stan(model.stan_backend.prepare_data)
+        backend: Any = model.stan_backend
+        if backend is not None:
+            backend.prepare_data = arrays_for_stan(backend.prepare_data)
         try:
             with warnings.catch_warnings():
                 # Prophet's own pandas deprecation notices are not the user's to act on.
