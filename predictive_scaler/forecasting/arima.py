@@ -12,7 +12,8 @@ variance out of the likelihood (two parameters to search instead of three: 33
 likelihood evaluations instead of 92 on 21 days of NASA, the same optimum to five
 digits); the variance it implies is then stored as a parameter, and a forecast
 filters with it fixed (``concentrate_scale=False``) rather than re-estimating it
-from new points.
+from new points. The MA coefficient is searched inside ±:data:`MA_LIMIT`, where it is
+served (:func:`fit_residual_arima`).
 
 Only parameters are kept (regression coefficients, ARIMA parameters, the log
 offset). A forecast re-filters the last day of residuals with those fixed
@@ -75,10 +76,14 @@ def _design(times_seconds: np.ndarray, t_ref: float, daily_k: int, weekly_k: int
     if trend:
         cols.append((t - t_ref) / WEEK)
     for period, k_max in ((DAY, daily_k), (WEEK, weekly_k)):
+        if not k_max:
+            continue
         phase = 2.0 * np.pi * (np.mod(t, period) / period)
+        # A step grid repeats a few hundred phases: each sine is taken once per distinct phase.
+        distinct, where = np.unique(phase, return_inverse=True)
         for k in range(1, k_max + 1):
-            cols.append(np.sin(k * phase))
-            cols.append(np.cos(k * phase))
+            cols.append(np.sin(k * distinct)[where])
+            cols.append(np.cos(k * distinct)[where])
     return np.column_stack(cols)
 
 

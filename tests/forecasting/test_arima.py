@@ -138,3 +138,19 @@ def test_higher_ma_orders_stay_invertible_and_inside_the_limit() -> None:
     resid = np.random.default_rng(5).standard_normal(3000)
     params = fit_residual_arima(resid, (1, 1, 2))
     assert np.all(np.abs(params[1:3]) <= MA_LIMIT)
+
+
+@pytest.mark.parametrize("step", [60, 300, 3600, 7])
+def test_the_design_takes_each_sine_once_per_phase_and_gives_the_same_numbers(step: int) -> None:
+    from predictive_scaler.forecasting.arima import DAY, WEEK, _design
+
+    secs = 1.7e9 + step * np.arange(5000.0)
+    got = _design(secs, float(secs[-1]), 10, 5, True)
+    t = secs
+    cols = [np.ones_like(t), (t - secs[-1]) / WEEK]
+    for period, k_max in ((DAY, 10), (WEEK, 5)):
+        phase = 2.0 * np.pi * (np.mod(t, period) / period)
+        for k in range(1, k_max + 1):
+            cols += [np.sin(k * phase), np.cos(k * phase)]
+    np.testing.assert_array_equal(got, np.column_stack(cols))
+    assert _design(secs, float(secs[-1]), 3, 0, False).shape == (5000, 7)

@@ -228,7 +228,7 @@ def test_calibrating_one_model_twice_on_one_window_forecasts_once(series, base, 
     assert len(calls) == 3
 
 
-@pytest.mark.parametrize("gaps", ["none", "some", "a column of gaps", "infinities"])
+@pytest.mark.parametrize("gaps", ["none", "some", "a column of gaps", "infinities", "one number", "two numbers"])
 def test_interquartile_ranges_are_column_by_column_nanpercentile(gaps: str) -> None:
     import warnings
 
@@ -244,6 +244,9 @@ def test_interquartile_ranges_are_column_by_column_nanpercentile(gaps: str) -> N
     elif gaps == "infinities":
         scores[3, 1] = np.inf
         scores[5, 1] = np.nan
+        scores[:, 3] = -np.inf
+    elif gaps in ("one number", "two numbers"):
+        scores[1 if gaps == "one number" else 2:, 0] = np.nan
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = [float(np.subtract(*np.nanpercentile(scores[:, h], [75, 25]))) for h in range(6)]
