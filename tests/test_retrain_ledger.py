@@ -115,7 +115,7 @@ def test_the_ledger_round_trips_and_a_malformed_one_is_refused_by_name() -> None
         ({**doc, "format": 99}, "format 99"),
         ({**doc, "warm": {"holt-winters/day": [1e400]}}, "finite"),
         ({**doc, "weeks": [{**doc["weeks"][0], "relative": {"arima": -1}}]}, "non-negative"),
-        ({**doc, "weeks": [{**doc["weeks"][0], "scales": {"arima": "cubic"}}]}, "neither"),
+        ({**doc, "weeks": [{**doc["weeks"][0], "scales": {"arima": "cubic"}}]}, "is not one of"),
         ({**doc, "weeks": [{**doc["weeks"][0], "scale_margins": {"arima": 0.5}}]}, "at least 1"),
     ]:
         with pytest.raises(ModelError, match=words):

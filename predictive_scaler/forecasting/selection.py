@@ -250,7 +250,7 @@ def train_candidates(
     for kind in kinds:
         fixed = (scales or {}).get(kind)
         try:
-            additive = fixed == "additive" and not cfg.adaptive_calibration
+            additive = fixed == ADDITIVE_SCALE and not cfg.adaptive_calibration
             model, fit_s = fit_calibrated(kind, grid, cfg, horizon, options=options, additive=additive)
             horizons, rows[kind] = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate,
                                                    additive=additive)
@@ -289,7 +289,13 @@ def train_candidates(
 
 
 #: The scales conformal shifts are calibrated on: log(x + c), or demand units.
-SCALES: tuple[str, ...] = ("log", "additive")
+LOG_SCALE, ADDITIVE_SCALE = "log", "additive"
+SCALES: tuple[str, ...] = (LOG_SCALE, ADDITIVE_SCALE)
+
+
+def scale_of(model: CalibratedModel) -> str:
+    """The scale (:data:`SCALES`) ``model``'s shifts were calibrated on."""
+    return ADDITIVE_SCALE if model.additive else LOG_SCALE
 
 COMBINATION = CombinationModel.kind
 #: The robust default the combination's weights shrink towards (one window's vote,

@@ -44,6 +44,7 @@ from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.calibration import CalibratedModel
 from predictive_scaler.forecasting.combination import MAX_MEMBERS
+from predictive_scaler.forecasting.selection import SCALES, scale_of
 
 FORMAT = 1
 #: Where the ledger lives in the store: ``<name>/<LEDGER_FOLDER>/<LEDGER_ID>.json``.
@@ -171,8 +172,7 @@ class Ledger:
         """This ledger with one more week (replacing the same run's, if re-run) and the fits of
         ``candidates`` as the next warm starts (the last ones kept for fits this week did not make)."""
         weeks = [w for w in self.weeks if w.run_id != run_id and w.trained_until < trained_until]
-        scales = {kind: ("additive" if model.additive else "log") for kind, model in candidates.items()
-                  if isinstance(model, CalibratedModel)}
+        scales = {kind: scale_of(model) for kind, model in candidates.items() if isinstance(model, CalibratedModel)}
         margins = {k: float(v) for k, v in (scale_margins or {}).items() if k in scales and math.isfinite(v)}
         weeks.append(WeekScores(run_id, trained_until, dict(relative), scales, margins))
         warm = {**self.warm, **fitted_parameters(candidates.values())}
@@ -239,8 +239,8 @@ def _margin(value: Any) -> float:
 
 
 def _scale(value: Any) -> str:
-    if value not in ("log", "additive"):
-        raise ValueError(f"scale {value!r} is neither 'log' nor 'additive'")
+    if value not in SCALES:
+        raise ValueError(f"scale {value!r} is not one of {', '.join(map(repr, SCALES))}")
     return str(value)
 
 
