@@ -102,7 +102,7 @@ bench-controller: $(STAMP) tools
 bench-retrain: $(STAMP) tools
 	$(BIN)/python -m benchmarks.retrain --scalers 40 --weeks 4 --shards 1,2 --out backtests/results/retrain-run.md
 
-## bench-retrain-quality: what reusing earlier weeks (the selection ledger) changes in what the job serves
+## bench-retrain-quality: what the retraining speed-ups (and the selection ledger alone) change in what the job serves
 .PHONY: bench-retrain-quality
 bench-retrain-quality: $(STAMP)
 	$(BIN)/python -m benchmarks.retrain_quality --out backtests/results/retrain-quality.md

@@ -709,8 +709,8 @@ def _against_targets(args: argparse.Namespace, rows: Sequence[Week], setup: dict
         ideal = n / max(s.scalers for s in by_shards[2][0].per_shard)
         lines.append(f"- **2 shards over 1: {speed:.2f}×** (week(s) {', '.join(map(str, common))}) against ≥ 1.8×: "
                      f"{verdict(speed >= TARGET_SPEEDUP)}. The stable hash splits these {n} scalers {split}: were "
-                     f"every scaler equally costly, that would cap it at {ideal:.2f}× (1,000 scalers split within a "
-                     "few per cent).")
+                     f"every scaler equally costly, that would cap it at {ideal:.2f}× (1,000 of them split "
+                     f"{largest[2]}/{1000 - largest[2]}, a cap of {1000 / largest[2]:.2f}×).")
         all1 = {r.week: r for r in by_shards[1]}
         all2 = {r.week: r for r in by_shards[2]}
         per_week = ", ".join(f"week {w} {all1[w].wall / all2[w].wall:.2f}× (other work {all1[w].other_cpu:.0f} and "
