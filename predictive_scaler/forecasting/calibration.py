@@ -12,8 +12,6 @@ low and down where it was too wide. Coverage is always measured on later data.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -26,6 +24,7 @@ from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log, to_log
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
+    SharedResults,
     check_origins,
     history_key,
     max_horizon_steps,
@@ -525,28 +524,21 @@ def recency_weights(origins: np.ndarray, step_seconds: int, half_life_seconds: f
 #: Base forecasts kept for the next calibration of the same model on the same data: a training run
 #: calibrates each candidate twice on the same window (shifts on the log scale and in demand units),
 #: and each cross-fitting half twice too; the forecasts are the same numbers, computed once.
-_BASE_FORECASTS_KEPT = 4
-_BASE_FORECASTS: OrderedDict[tuple[Any, ...], tuple[FittedModel, np.ndarray]] = OrderedDict()
-_BASE_FORECASTS_LOCK = threading.Lock()
+_BASE_FORECASTS: SharedResults[tuple[FittedModel, np.ndarray]] = SharedResults(4)
 
 
 def _base_forecasts(base: FittedModel, series: Series, first_origin: int, stride: int, origins: np.ndarray,
                     h_max: int, quantiles: tuple[float, ...]) -> np.ndarray:
     """``walk_forward(base, series, origins, h_max, quantiles)``, read-only, shared with the last
     calibrations of the same model object on the same series (start, step, every value)."""
+    def compute() -> tuple[FittedModel, np.ndarray]:
+        forecasts = np.array(walk_forward(base, series, origins, h_max, quantiles))  # a copy of its own
+        forecasts.flags.writeable = False
+        return base, forecasts
+
     key = (id(base), history_key(series), first_origin, stride, h_max, quantiles)
-    with _BASE_FORECASTS_LOCK:
-        hit = _BASE_FORECASTS.get(key)
-        if hit is not None and hit[0] is base:  # the model is held, so its id cannot have been reused
-            _BASE_FORECASTS.move_to_end(key)
-            return hit[1]
-    forecasts = np.array(walk_forward(base, series, origins, h_max, quantiles))  # a copy of its own
-    forecasts.flags.writeable = False
-    with _BASE_FORECASTS_LOCK:
-        _BASE_FORECASTS[key] = (base, forecasts)
-        while len(_BASE_FORECASTS) > _BASE_FORECASTS_KEPT:
-            _BASE_FORECASTS.popitem(last=False)
-    return forecasts
+    # The kept model is held, so while it is kept its id cannot have been reused by another.
+    return _BASE_FORECASTS.get(key, compute, valid=lambda hit: hit[0] is base)[1]
 
 
 def calibrate(

@@ -16,7 +16,7 @@ from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -161,10 +161,42 @@ def shared(model: Hashable, series: Series, origins: np.ndarray, horizon_steps: 
 
 # -- fits shared within a training run ----------------------------------------------------------
 
+V = TypeVar("V")
+
+
+class SharedResults(Generic[V]):
+    """Results computed once and handed to every caller asking for the same key: a small thread-safe
+    map forgetting the least recently used beyond ``capacity``. A result is computed outside the
+    lock (two threads may both compute one; either is the same, the later is kept); failures are
+    not kept."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, compute: Callable[[], V], valid: Callable[[V], bool] | None = None) -> V:
+        """The kept result for ``key`` (if ``valid`` accepts it), else ``compute()``, kept."""
+        with self._lock:
+            if key in self._items and (valid is None or valid(self._items[key])):
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = compute()
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
 #: Fits kept (the latest first out): enough for one training run's candidates and ensemble members.
 FIT_MEMO_SIZE = 16
-_FITS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_FITS_LOCK = threading.Lock()
+_FITS: SharedResults[Any] = SharedResults(FIT_MEMO_SIZE)
 M = TypeVar("M")
 
 
@@ -181,19 +213,9 @@ def memoized_fit(forecaster: object, history: Series, fit: Callable[[Series], M]
     deterministic and the models frozen, so sharing one changes nothing but the time; failures
     are not kept."""
     key = (type(forecaster).__qualname__, repr(forecaster), history_key(history))
-    with _FITS_LOCK:
-        if key in _FITS:
-            _FITS.move_to_end(key)
-            return _FITS[key]  # type: ignore[no-any-return]
-    model = fit(history)
-    with _FITS_LOCK:
-        _FITS[key] = model
-        while len(_FITS) > FIT_MEMO_SIZE:
-            _FITS.popitem(last=False)
-    return model
+    return _FITS.get(key, lambda: fit(history))  # type: ignore[no-any-return]
 
 
 def clear_fit_memo() -> None:
     """Forget every kept fit (benchmarks timing cold fits)."""
-    with _FITS_LOCK:
-        _FITS.clear()
+    _FITS.clear()

@@ -210,11 +210,10 @@ def test_tracking_holds_coverage_when_the_regime_moves_after_calibration(shift):
 def test_calibrating_one_model_twice_on_one_window_forecasts_once(series, base, monkeypatch):
     """A training run calibrates each candidate on the log scale and in demand units on the same window:
     the base forecasts are computed once and are the same numbers either way; other data is forecast anew."""
-    from collections import OrderedDict
-
     from predictive_scaler.forecasting import calibration
+    from predictive_scaler.forecasting.walkforward import SharedResults
 
-    monkeypatch.setattr(calibration, "_BASE_FORECASTS", OrderedDict())  # what earlier tests kept is not ours
+    monkeypatch.setattr(calibration, "_BASE_FORECASTS", SharedResults(4))  # what earlier tests kept is not ours
     calls = []
     real = calibration.walk_forward
     monkeypatch.setattr(calibration, "walk_forward", lambda *a, **k: calls.append(1) or real(*a, **k))

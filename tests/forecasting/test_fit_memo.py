@@ -150,3 +150,37 @@ def test_shared_work_is_keyed_on_the_series_object_and_origins(other):
         assert shared("model", series, np.array([5]), 3, lambda: "d") == "d"  # another horizon
         assert shared("model", other(series), np.array([5]), 6, lambda: "e") == "e"
     assert runs == [1]
+
+
+def test_shared_results_keep_the_latest_within_capacity_and_recompute_what_is_not_valid() -> None:
+    from predictive_scaler.forecasting.walkforward import SharedResults
+
+    kept: SharedResults[int] = SharedResults(2)
+    calls: list[str] = []
+
+    def make(key: str, value: int):
+        return lambda: calls.append(key) or value
+
+    assert kept.get("a", make("a", 1)) == 1
+    assert kept.get("b", make("b", 2)) == 2
+    assert kept.get("a", make("a", 99)) == 1  # kept, and now the most recent
+    assert kept.get("c", make("c", 3)) == 3  # "b", the least recent, is forgotten
+    assert kept.get("b", make("b", 20)) == 20
+    assert kept.get("c", make("c", 30), valid=lambda v: v != 3) == 30  # refused: computed anew, kept
+    assert kept.get("c", make("c", 300)) == 30
+    assert calls == ["a", "b", "c", "b", "c"]
+    kept.clear()
+    assert kept.get("a", make("a", 5)) == 5
+
+
+def test_a_failed_computation_is_not_kept() -> None:
+    from predictive_scaler.forecasting.walkforward import SharedResults
+
+    kept: SharedResults[int] = SharedResults(2)
+
+    def boom() -> int:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        kept.get("a", boom)
+    assert kept.get("a", lambda: 7) == 7
