@@ -20,6 +20,7 @@ likelihood is computed here when the season is long enough for that to pay.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -77,12 +78,18 @@ def seasonal_ets(endog: np.ndarray, season: int) -> Any:
     :func:`seasonal_ets_errors`."""
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
-    options: dict[str, Any] = {"error": "add", "trend": "add", "damped_trend": True, "seasonal": "add",
-                               "seasonal_periods": season, "initialization_method": "heuristic"}
-    if season < BLOCKS_FROM_SEASON:
-        return ETSModel(endog, **options)
+    model = ETSModel if season < BLOCKS_FROM_SEASON else _block_ets()
+    return model(endog, error="add", trend="add", damped_trend=True, seasonal="add", seasonal_periods=season,
+                 initialization_method="heuristic")
 
-    class _SeasonalETS(ETSModel):  # type: ignore[misc]
+
+@functools.cache
+def _block_ets() -> Any:
+    """statsmodels' ``ETSModel`` whose internal likelihood is :func:`seasonal_ets_errors` (built once,
+    on first use: statsmodels is imported only when a fit needs it)."""
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+
+    class BlockETSModel(ETSModel):  # type: ignore[misc]
         def _loglike_internal(self, params: np.ndarray, yhat: np.ndarray, xhat: np.ndarray,
                               is_fixed: np.ndarray | None = None, fixed_values: np.ndarray | None = None,
                               use_beta_star: bool = False, use_gamma_star: bool = False) -> float:
@@ -100,4 +107,4 @@ def seasonal_ets(endog: np.ndarray, season: int) -> Any:
                                       full[6:][::-1])
             return float(-self.nobs / 2 * (np.log(2 * np.pi * np.mean(err ** 2)) + 1))
 
-    return _SeasonalETS(endog, **options)
+    return BlockETSModel

@@ -374,10 +374,12 @@ def arrays_for_stan(prepare: Callable[[Any, Any], tuple[dict[str, Any], dict[str
     Prophet gives cmdstanpy its data as Python lists, which cmdstanpy's JSON writer (stanio)
     then walks number by number: about 0.09 CPU-s for three weeks at 5 minutes, a fifth of the
     fit. Arrays take stanio's vectorised path and write the same file."""
+    def arrays(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: np.asarray(v) if isinstance(v, list) else v for k, v in d.items()}
+
     def prepare_arrays(init: Any, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         inits, values = prepare(init, data)
-        return ({k: np.asarray(v) if isinstance(v, list) else v for k, v in inits.items()},
-                {k: np.asarray(v) if isinstance(v, list) else v for k, v in values.items()})
+        return arrays(inits), arrays(values)
     return prepare_arrays
 
 
