@@ -12,7 +12,7 @@ low and down where it was too wide. Coverage is always measured on later data.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -60,6 +60,12 @@ TRACKING_RATES: tuple[float, ...] = (0.0, 0.05, 0.15, 0.3)
 #: is noise and the rate is DEFAULT_TRACKING_RATE.
 TRACKING_CHOICE_SECONDS = 6 * 86400
 DEFAULT_TRACKING_RATE = 0.15
+#: The choice scores the tracked forecasts of one origin in this many seconds of the other fold
+#: (every origin at steps this long or longer). Each origin replays a day of forecasts, so the
+#: choice is most of a calibration's cost, and origins minutes apart replay nearly the same day:
+#: at 5-minute steps every second origin is scored, at one minute every tenth. A cost setting,
+#: fixed a priori, not tuned on any trace's score.
+RATE_CHOICE_SPACING_SECONDS = 600
 #: The tracker's step never falls below this share of what a random walk at the recent volatility
 #: would give as the scores' interquartile range (1.35 × RMS one-step change × √h, over the last
 #: VOLATILITY_WINDOW steps before the origin), times the rate. The step is otherwise in units of the
@@ -340,8 +346,10 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
     up = steps[:, lanes, :] * (1.0 - alpha[lanes])[None]
     down = steps[:, lanes, :] * (0.0 - alpha[lanes])[None]
     th = theta[:, lanes, :]
-    if n > 1 and np.all(np.diff(first) == 1):
-        theta[:, lanes, :] = _track_consecutive(sub, int(first[0]), th, up, down, window, per_origin=eta.ndim == 3)
+    spacing = int(first[1] - first[0])
+    if spacing > 0 and np.all(np.diff(first) == spacing):
+        theta[:, lanes, :] = _track_spaced(sub, int(first[0]), spacing, th, up, down, window,
+                                           per_origin=eta.ndim == 3)
         return theta
     hs = np.arange(1, h_max + 1)
     if n * lanes.size * h_max > TRACK_SMALL_VALUES:
@@ -368,11 +376,12 @@ def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta:
     return theta
 
 
-def _track_consecutive(sub: np.ndarray, t0: int, th: np.ndarray, up: np.ndarray, down: np.ndarray,
-                       window: int, *, per_origin: bool) -> np.ndarray:
-    """:func:`track_shifts` for the consecutive origins ``t0 … t0 + n - 1`` (calibration, scoring):
-    the u-th replayed issue step of every origin is then one contiguous slice of ``sub``, and
-    whether its target is observed by the origin depends on u and the horizon only (u ≤ W - h).
+def _track_spaced(sub: np.ndarray, t0: int, spacing: int, th: np.ndarray, up: np.ndarray, down: np.ndarray,
+                  window: int, *, per_origin: bool) -> np.ndarray:
+    """:func:`track_shifts` for the evenly spaced origins ``t0, t0 + d, …, t0 + (n - 1)·d``
+    (calibration, scoring, the tracking rate's choice): the u-th replayed issue step of every
+    origin is then one strided slice of ``sub``, and whether its target is observed by the origin
+    depends on u and the horizon only (u ≤ W - h).
     The same arithmetic in the same order as the general path — each update adds the same up or
     down step, an unobserved or NaN one adds nothing — with no gathers and no per-step masks.
     """
@@ -383,24 +392,31 @@ def _track_consecutive(sub: np.ndarray, t0: int, th: np.ndarray, up: np.ndarray,
     valid = np.isfinite(sub)
     base = t0 - window + pad  # row of issue step t0 - W
     th = th.copy()
+
+    def rows(values: np.ndarray) -> Callable[[int], np.ndarray]:
+        """The u-th replayed issue step of every origin: rows base + u + i·spacing, read from a
+        contiguous copy of every spacing-th row (numpy's strided loops are slower than the saving)."""
+        phases = [np.ascontiguousarray(values[p::spacing]) for p in range(spacing)]
+        return lambda u: phases[(base + u) % spacing][(base + u) // spacing:(base + u) // spacing + n]
+
+    scores_at, valid_at = rows(sub), rows(valid)
     if per_origin:
         inc = np.empty_like(th)
         for u in range(window):
             cols = min(h_max, window - u)
-            got = sub[base + u:base + u + n, :, :cols]
+            got = scores_at(u)[:, :, :cols]
             t = th[:, :, :cols]
             np.copyto(inc[:, :, :cols], np.where(got > t, up[:, :, :cols], down[:, :, :cols]))
-            inc[:, :, :cols] *= valid[base + u:base + u + n, :, :cols]
+            inc[:, :, :cols] *= valid_at(u)[:, :, :cols]
             t += inc[:, :, :cols]
         return th
     # One step per (lane, horizon) for every origin: the masked up and down steps per issue step.
-    step_up = np.where(valid, up[0][None], 0.0)
-    step_down = np.where(valid, down[0][None], 0.0)
+    up_at = rows(np.where(valid, up[0][None], 0.0))
+    down_at = rows(np.where(valid, down[0][None], 0.0))
     for u in range(window):
         cols = min(h_max, window - u)
-        rows = slice(base + u, base + u + n)
         t = th[:, :, :cols]
-        t += np.where(sub[rows, :, :cols] > t, step_up[rows, :, :cols], step_down[rows, :, :cols])
+        t += np.where(scores_at(u)[:, :, :cols] > t, up_at(u)[:, :, :cols], down_at(u)[:, :, :cols])
     return th
 
 
@@ -433,17 +449,19 @@ def _track_few(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: n
 
 
 def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: np.ndarray, q: float,
-                         log_offset: float, window: int, rates: Sequence[float], additive: bool = False) -> float:
+                         log_offset: float, window: int, rates: Sequence[float], additive: bool = False,
+                         spacing: int = 1) -> float:
     """The rate whose tracked q-quantile has the least pinball loss, two-fold on the calibration
-    scores (static shifts and steps from one half, tracked forecasts scored on the other, and
-    back). ``scores``, ``base_log`` and ``actual_log`` are (n, h) over consecutive origins."""
+    scores (static shifts and steps from one half, tracked forecasts scored on the other's every
+    ``spacing``-th origin, and back). ``scores``, ``base_log`` and ``actual_log`` are (n, h) over
+    consecutive origins."""
     n, h_max = scores.shape
     half = n // 2
     if half < MIN_SCORES:
         return float(rates[0])
     loss = np.zeros(len(rates))
     idx = np.arange(n)
-    for fit, test in ((idx[:half], idx[half:]), (idx[half:], idx[:half])):
+    for fit, test in ((idx[:half], idx[half::spacing]), (idx[half:], idx[:half:spacing])):
         static = np.array([[conformal_quantile(scores[fit, h], q) for h in range(h_max)]])
         iqr = np.maximum(interquartile_ranges(scores[fit]), 0.0)[None, :]
         actual = _inv(actual_log[test], log_offset, additive)
@@ -601,7 +619,8 @@ def calibrate(
         q_star = min(qs, key=lambda v: abs(v - 0.95))
         base_log = log_of(forecasts[:, base_qs.index(q_star), :])
         rate = choose_tracking_rate(actual_log - base_log, base_log, actual_log, q_star, log_offset,
-                                    window, tuple(tracking_rates), additive)
+                                    window, tuple(tracking_rates), additive,
+                                    spacing=max(1, RATE_CHOICE_SPACING_SECONDS // series.step_seconds))
     weights = (recency_weights(origins, series.step_seconds, half_life_seconds)
                if half_life_seconds else None)
     offsets = []

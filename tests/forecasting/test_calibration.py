@@ -150,22 +150,25 @@ def test_serving_tracker_replays_exactly_what_the_batch_tracker_does(h_max, wind
     np.testing.assert_array_equal(track_shifts(scores, first[:2], static, eta, quantiles, window), batch[:2])
 
 
+@pytest.mark.parametrize("spacing", [1, 3], ids=["consecutive", "every-third"])
 @pytest.mark.parametrize("per_origin", [False, True], ids=["one-step-per-lane", "a-step-per-origin"])
 @pytest.mark.parametrize(("start", "count", "window"), [
     pytest.param(0, 300, 288, id="origins-before-a-whole-window"),
     pytest.param(350, 250, 288, id="every-origin-has-its-window"),
     pytest.param(10, 50, 4, id="window-shorter-than-the-horizon"),
 ])
-def test_consecutive_origins_replay_exactly_what_each_origin_alone_does(start, count, window, per_origin):
-    """Calibration and scoring ask for consecutive origins, which take a path of their own (one slice
-    per replayed step): the shifts are the same numbers as each origin's own replay."""
+def test_evenly_spaced_origins_replay_exactly_what_each_origin_alone_does(start, count, window, per_origin,
+                                                                           spacing):
+    """Calibration, scoring and the tracking rate's choice ask for evenly spaced origins, which take
+    a path of their own (one strided slice per replayed step): the shifts are the same numbers as
+    each origin's own replay."""
     rng = np.random.default_rng(5)
     h_max = 6
-    scores = rng.normal(0.0, 0.3, (650, 2, h_max))
+    first = start + spacing * np.arange(count)
+    scores = rng.normal(0.0, 0.3, (int(first[-1]) + 50, 2, h_max))
     scores[rng.random(scores.shape) < 0.15] = np.nan
     static = rng.normal(0.0, 0.1, (2, h_max))
     quantiles = np.array([0.5, 0.95])
-    first = np.arange(start, start + count)
     eta = rng.uniform(0.001, 0.05, (count, 2, h_max) if per_origin else (2, h_max))
     batch = track_shifts(scores, first, static, eta, quantiles, window)
     assert not np.allclose(batch[-1], static)  # the tracker moved
