@@ -6,7 +6,7 @@ in-memory store each:
   out in a temporary git worktree and run there), cold;
 - **cold**: this code, every week scoring every candidate from scratch (``retrain --cold``);
 - **with reuse**: this code as it runs by default (its selection ledger: losers skipped, settled
-  scales, Holt-Winters warm starts).
+  scales, Holt-Winters and ARIMA warm starts).
 
     python -m benchmarks.retrain_quality --out backtests/results/retrain-quality.md
 
@@ -268,8 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"## Every speed-up together: the job before them ({args.reference}, cold) against this code as it runs",
             "",
             "The reference is the commit before the fitting speed-ups (the residual ARIMA's MA searched inside its "
-            "limit instead of clipped after the search; weekly Holt-Winters' likelihood in blocks; calibration's and "
-            "Prophet's bookkeeping vectorised, bit-identical), checked out in a "
+            "limit instead of clipped after the search; weekly Holt-Winters' likelihood in blocks; the tracking "
+            "rate chosen on one origin in ten minutes; calibration's and Prophet's bookkeeping vectorised, "
+            "bit-identical), checked out in a "
             "temporary worktree and replayed there, cold; against it, this code with the selection ledger.",
             "",
             _TABLE_HEAD.format(f"at {args.reference}", "now"),
@@ -282,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "## The selection ledger alone: this code cold against this code with reuse",
         "",
         "Cold (`retrain --cold`: every candidate scored, every fit from its default start) and with reuse (the "
-        "default: the selection ledger's losers skipped, settled scales, Holt-Winters warm starts). The ledger's "
+        "default: the selection ledger's losers skipped, settled scales, Holt-Winters and ARIMA warm starts). The ledger's "
         "rules are fixed in advance (retrain/ledger.py), not tuned on these traces. The first three weeks of a "
         "trace have no ledger deep enough to skip a candidate or settle a scale (warm starts begin in week 2).",
         "",

@@ -15,6 +15,7 @@ from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting.baselines import HoltWintersForecaster
 from predictive_scaler.forecasting.walkforward import clear_fit_memo
 from predictive_scaler.retrain.ledger import (
+    ARIMA_KEY,
     LOSER_MARGIN,
     LOSER_WEEKS,
     RECHECK_WEEKS,
@@ -147,6 +148,35 @@ def test_a_warm_started_holt_winters_fit_lands_where_the_cold_one_does() -> None
     assert outside._start(4) is None
 
 
+def test_a_warm_started_arima_fit_lands_where_the_cold_one_does_in_fewer_likelihoods(monkeypatch) -> None:
+    from statsmodels.tsa.statespace.mlemodel import MLEModel
+
+    from predictive_scaler.forecasting.arima import ArimaForecaster, fit_residual_arima
+
+    series = synthetic(21, noise=0.08)
+    clear_fit_memo()
+    last_week = ArimaForecaster().fit(series.slice(0, 14 * 288))
+    start = fitted_parameters([last_week])[ARIMA_KEY]
+    assert len(start) == 2  # AR and MA: the variance is not searched
+    assert Ledger(warm={ARIMA_KEY: start}).options()["arima"] == {"start": start}
+    assert Ledger(warm={ARIMA_KEY: start}).options()["ensemble"]["member_options"]["arima"] == {"start": start}
+    clear_fit_memo()
+    calls = []
+    loglike = MLEModel.loglike
+    monkeypatch.setattr(MLEModel, "loglike", lambda self, *a, **k: (calls.append(1), loglike(self, *a, **k))[1])
+    cold = ArimaForecaster().fit(series.slice(7 * 288, 21 * 288))
+    cold_calls, calls[:] = len(calls), []
+    warm = ArimaForecaster(start=start).fit(series.slice(7 * 288, 21 * 288))
+    assert len(calls) < cold_calls
+    np.testing.assert_allclose(warm.arima_params, cold.arima_params, rtol=1e-3, atol=1e-3)
+    np.testing.assert_array_equal(warm.coef, cold.coef)  # the regression is not searched
+    # Not a fit of this model (non-stationary AR, wrong length, NaN): the search starts cold, same result.
+    resid = np.random.default_rng(2).normal(0.0, 0.1, 2000).cumsum() * 0.01
+    reference = fit_residual_arima(resid, (1, 1, 1))
+    for bad in ((1.5, 0.2), (0.3,), (float("nan"), 0.1)):
+        np.testing.assert_array_equal(fit_residual_arima(resid, (1, 1, 1), bad), reference)
+
+
 @pytest.mark.slow  # ~20 s: eight weekly trainings of five candidates
 def test_weekly_runs_fill_the_ledger_skip_a_loser_and_start_cold_when_it_is_unreadable() -> None:
     t = target("chat")
@@ -168,6 +198,7 @@ def test_weekly_runs_fill_the_ledger_skip_a_loser_and_start_cold_when_it_is_unre
             assert gone and all(k in skipped[0] for k in gone)  # not scored, said so
     assert skipped_weeks >= 1  # a loser was in fact skipped: the loop above checked something
     assert "holt-winters/day" in ledger.warm
+    assert ARIMA_KEY in ledger.warm
 
     store.ledgers[t.model_name] = b"{not json"
     now = START + timedelta(days=28 + 7 * 7)

@@ -106,10 +106,16 @@ def _quiet_sarimax(endog: np.ndarray, order: tuple[int, int, int], *, concentrat
                        enforce_invertibility=enforce_invertibility)
 
 
-def fit_residual_arima(resid: np.ndarray, order: tuple[int, int, int]) -> np.ndarray:
+def fit_residual_arima(resid: np.ndarray, order: tuple[int, int, int],
+                       start: Sequence[float] | None = None) -> np.ndarray:
     """Maximum-likelihood parameters of ARIMA ``order`` on ``resid`` (NaN gaps handled by the
     Kalman filter), MA coefficients inside ±:data:`MA_LIMIT`, then the variance; raises what
     statsmodels raises (ValueError, LinAlgError) for the caller to name.
+
+    ``start`` (the AR and MA coefficients, e.g. last week's fit of the same series) starts the
+    search there instead of at statsmodels' start values: the same optimum, reached in about
+    half the likelihoods, with no preliminary fit for the start values. A start of the wrong
+    length, non-finite or non-stationary is not a fit of this model: the search starts cold.
 
     The variance is concentrated out of the likelihood (one parameter fewer to search). A single
     MA coefficient is searched inside the limit itself (a bounded search), so the AR coefficient
@@ -125,20 +131,39 @@ def fit_residual_arima(resid: np.ndarray, order: tuple[int, int, int]) -> np.nda
     model = _quiet_sarimax(resid, order, concentrate_scale=True, enforce_invertibility=not bounded)
     ma = [i for i, name in enumerate(model.param_names) if name.startswith("ma.")]
     options: dict[str, Any] = {}
+    warm = _warm_start(start, order, len(model.param_names))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # statsmodels' notes on its start values and convergence
         if bounded:
-            start = np.asarray(model.start_params, dtype=float)
-            start[ma] = np.clip(np.nan_to_num(start[ma]), -MA_LIMIT, MA_LIMIT)
+            first = np.asarray(model.start_params if warm is None else warm, dtype=float)
+            first[ma] = np.clip(np.nan_to_num(first[ma]), -MA_LIMIT, MA_LIMIT)
             # Bounds apply to the searched (untransformed) vector: AR terms are kept stationary by
             # statsmodels' transform, the MA by the box.
-            options = {"start_params": start,
-                       "bounds": [(-MA_LIMIT, MA_LIMIT) if i in ma else (None, None) for i in range(start.size)]}
+            options = {"start_params": first,
+                       "bounds": [(-MA_LIMIT, MA_LIMIT) if i in ma else (None, None) for i in range(first.size)]}
+        elif warm is not None:
+            options = {"start_params": warm}
         res = model.fit(disp=False, maxiter=100, cov_type="none", **options)  # parameters only: no Hessian
     # The concentrated variance goes last, where the unconcentrated model keeps sigma2.
     params = np.append(np.asarray(res.params, dtype=float), float(res.scale))
     params[ma] = np.clip(params[ma], -MA_LIMIT, MA_LIMIT)
     return params
+
+
+def _warm_start(start: Sequence[float] | None, order: tuple[int, int, int], count: int) -> np.ndarray | None:
+    """``start`` as the search's first point, or None where it cannot be one (see
+    :func:`fit_residual_arima`)."""
+    if start is None or len(start) != count or count != order[0] + order[2]:
+        return None
+    first = np.asarray(start, dtype=float)
+    if not np.all(np.isfinite(first)):
+        return None
+    ar = first[: order[0]]
+    # Stationary: every root of 1 - a1·z - … - ap·z^p outside the unit circle (statsmodels'
+    # transform of the search cannot start from a non-stationary point).
+    if ar.size and np.any(np.abs(np.roots(np.r_[-ar[::-1], 1.0])) <= 1.0):
+        return None
+    return first
 
 
 @dataclass
@@ -152,6 +177,9 @@ class ArimaForecaster:
     #: A linear trend regressor; off by default: extrapolated for a week or more past a short
     #: fit window it biased forecasts badly (coverage 0.4–0.5 on the 14-day traces).
     trend: bool = False
+    #: The residual ARIMA's AR and MA coefficients to start its search from, e.g. last week's fit
+    #: of this scaler (:func:`fit_residual_arima`); None starts cold.
+    start: tuple[float, ...] | None = None
     kind: ClassVar[str] = "arima"
 
     def fit(self, history: Series) -> ArimaModel:
@@ -182,7 +210,7 @@ class ArimaForecaster:
         coef = np.linalg.solve(gram, xo.T @ y[ok])
         resid = y - x @ coef
         try:
-            params = fit_residual_arima(resid, self.order)
+            params = fit_residual_arima(resid, self.order, self.start)
         except (ValueError, np.linalg.LinAlgError) as exc:
             raise ModelError(f"{history.name}: ARIMA{self.order} fit failed ({exc}); try another order") from exc
         if not np.all(np.isfinite(params)):
