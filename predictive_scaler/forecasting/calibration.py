@@ -380,8 +380,8 @@ def _track_spaced(sub: np.ndarray, t0: int, spacing: int, th: np.ndarray, up: np
                   window: int, *, per_origin: bool) -> np.ndarray:
     """:func:`track_shifts` for the evenly spaced origins ``t0, t0 + d, …, t0 + (n - 1)·d``
     (calibration, scoring, the tracking rate's choice): the u-th replayed issue step of every
-    origin is then one strided slice of ``sub``, and whether its target is observed by the origin
-    depends on u and the horizon only (u ≤ W - h).
+    origin is then one slice of every ``spacing``-th row of ``sub``, and whether its target is
+    observed by the origin depends on u and the horizon only (u ≤ W - h).
     The same arithmetic in the same order as the general path — each update adds the same up or
     down step, an unobserved or NaN one adds nothing — with no gathers and no per-step masks.
     """
