@@ -610,27 +610,45 @@ def largest_shards(count: int, pods: int, shard_counts: Sequence[int]) -> dict[i
     return {n: max(Counter(shard_of(k, n) for k in keys).values()) for n in shard_counts}
 
 
-def _startup_apart(n: int, by_shards: dict[int, list[Week]], largest: dict[int, int]) -> list[str]:
-    """The extrapolation to 1,000 scalers with each process's start-up counted once per process."""
-    if not all(r.probe_cpu > 0 for rs in by_shards.values() for r in steady(rs)):
-        return []
+@dataclass(frozen=True)
+class AtThousand:
+    """One shard count's steady weeks with start-up set apart (:class:`Marginal`), and what they give
+    at 1,000 scalers: CPU-s per scaler and wall, means over those weeks."""
+
+    weeks: list[Week]
+    marginals: list[Marginal]
+    cpu: float
+    wall: float
+
+
+def at_thousand(n: int, by_shards: dict[int, list[Week]], largest: dict[int, int]) -> dict[int, AtThousand]:
+    """Per shard count, the extrapolation to 1,000 scalers with each process's start-up counted once per
+    process and the slowest shard holding ``largest[s]`` scalers."""
+    out = {}
+    for s, rs in by_shards.items():
+        st = steady(rs)
+        ms = [Marginal.of(n, r) for r in st]
+        out[s] = AtThousand(st, ms, statistics.fmean(m.cpu_at(1000) for m in ms),
+                            statistics.fmean(m.wall_at(largest[s]) for m in ms))
+    return out
+
+
+def _startup_apart(at: dict[int, AtThousand], largest: dict[int, int]) -> list[str]:
+    """The table of :func:`at_thousand`."""
     lines = ["Start-up set apart (each week, after it, one process trains one scaler alone: the probe; "
              "see `Marginal`):", "",
              "| shards | probe: wall, CPU-s | start-up per process: CPU-s, wall | per scaler: CPU-s, wall in the "
              "slowest shard | 1,000 scalers: CPU-s per scaler | largest shard | wall | ≤ 15 min | "
              "≤ 1.8 CPU-s / scaler (client) |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for s, rs in sorted(by_shards.items()):
-        st = steady(rs)
-        ms = [Marginal.of(n, r) for r in st]
-        cpu = statistics.fmean(m.cpu_at(1000) for m in ms)
-        wall = statistics.fmean(m.wall_at(largest[s]) for m in ms)
+    for s, a in sorted(at.items()):
+        st, ms = a.weeks, a.marginals
         lines.append(
             f"| {s} | {statistics.fmean(r.probe_wall for r in st):.1f} s, {statistics.fmean(r.probe_cpu for r in st):.2f} | "
             f"{statistics.fmean(m.startup_cpu for m in ms):.2f}, {statistics.fmean(m.startup_wall for m in ms):.1f} s | "
             f"{statistics.fmean(m.per_scaler_cpu for m in ms):.2f}, {statistics.fmean(m.per_scaler_wall for m in ms):.2f} s | "
-            f"{cpu:.2f} | {largest[s]} | {wall:.0f} s ({wall / 60:.1f} min) | {verdict(wall <= TARGET_WALL_1000_S)} | "
-            f"{verdict(cpu <= TARGET_CPU_PER_SCALER)} |")
+            f"{a.cpu:.2f} | {largest[s]} | {a.wall:.0f} s ({a.wall / 60:.1f} min) | {verdict(a.wall <= TARGET_WALL_1000_S)} | "
+            f"{verdict(a.cpu <= TARGET_CPU_PER_SCALER)} |")
     lines.append("")
     return lines
 
@@ -654,16 +672,14 @@ def _steady_table(n: int, by_shards: dict[int, list[Week]]) -> tuple[list[str], 
     return lines, walls
 
 
-def _startup_verdict(n: int, by_shards: dict[int, list[Week]], largest: dict[int, int]) -> str:
-    """The 1,000-scaler wall and CPU per scaler, start-up set apart (:class:`Marginal`), against the targets."""
-    marg = {s: [Marginal.of(n, r) for r in steady(rs)] for s, rs in by_shards.items()}
-    wall_at = {s: statistics.fmean(m.wall_at(largest[s]) for m in ms) for s, ms in marg.items()}
-    cpu_at = {s: statistics.fmean(m.cpu_at(1000) for m in ms) for s, ms in marg.items()}
-    quick = min(wall_at, key=lambda s: wall_at[s])
-    return (f"- **1,000 scalers, start-up set apart: {wall_at[quick] / 60:.1f} min with {quick} shard(s)** "
-            f"against ≤ 15 min: {verdict(wall_at[quick] <= TARGET_WALL_1000_S)}; **{max(cpu_at.values()):.2f} "
+def _startup_verdict(at: dict[int, AtThousand]) -> str:
+    """The 1,000-scaler wall and CPU per scaler of :func:`at_thousand` against the targets."""
+    quick = min(at, key=lambda s: at[s].wall)
+    worst_cpu = max(a.cpu for a in at.values())
+    return (f"- **1,000 scalers, start-up set apart: {at[quick].wall / 60:.1f} min with {quick} shard(s)** "
+            f"against ≤ 15 min: {verdict(at[quick].wall <= TARGET_WALL_1000_S)}; **{worst_cpu:.2f} "
             f"CPU-s per scaler** at most (every shard count, pulls included) against ≤ 1.8: "
-            f"{verdict(max(cpu_at.values()) <= TARGET_CPU_PER_SCALER)}.")
+            f"{verdict(worst_cpu <= TARGET_CPU_PER_SCALER)}.")
 
 
 def _against_targets(args: argparse.Namespace, rows: Sequence[Week], setup: dict[str, Any]) -> list[str]:  # noqa: C901
@@ -676,19 +692,21 @@ def _against_targets(args: argparse.Namespace, rows: Sequence[Week], setup: dict
     which = "weeks ≥ 3" if args.weeks >= 3 else f"week {args.weeks} (fewer than 3 weeks run)"
     table, walls = _steady_table(n, by_shards)
     largest = largest_shards(1000, args.pods, sorted(by_shards))
-    lines += ["", f"### Steady state ({which}) against the targets", "", *table, "",
-              *_startup_apart(n, by_shards, largest)]
-    best = min(walls, key=lambda s: walls[s])
     probed = all(r.probe_cpu > 0 for rs in by_shards.values() for r in steady(rs))
+    at = at_thousand(n, by_shards, largest) if probed else {}
+    lines += ["", f"### Steady state ({which}) against the targets", "", *table, "",
+              *(_startup_apart(at, largest) if probed else [])]
+    best = min(walls, key=lambda s: walls[s])
     if probed:
-        lines.append(_startup_verdict(n, by_shards, largest))
+        lines.append(_startup_verdict(at))
     lines.append(f"- 1,000 scalers, {'the upper bound: ' if probed else ''}{walls[best] * 1000 / n / 60:.1f} min with "
                  f"{best} shard(s) against ≤ 15 min: {verdict(walls[best] * 1000 / n <= TARGET_WALL_1000_S)} (linear "
                  f"in scalers from {n}: each process's start-up, a few seconds, is counted 1000/{n} times per "
                  "process instead of once, so it errs high).")
     cores = os.cpu_count() or 1
-    both = [(Marginal.of(n, r).cpu_at(1000) if probed else r.client_per_scaler) + r.prometheus_per_scaler
-            for rs in by_shards.values() for r in steady(rs)]
+    both = ([m.cpu_at(1000) + r.prometheus_per_scaler
+             for a in at.values() for r, m in zip(a.weeks, a.marginals, strict=True)]
+            if probed else [r.client_per_scaler + r.prometheus_per_scaler for rs in by_shards.values() for r in steady(rs)])
     bound = 1000 * min(both) / cores
     lines.append(f"- If the machine were the job's alone and fully used, 1,000 scalers would take at least "
                  f"{bound / 60:.1f} min ({1000:,} × {min(both):.2f} CPU-s client{' at 1,000' if probed else ''} + Prometheus / "

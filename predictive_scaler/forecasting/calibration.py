@@ -399,8 +399,9 @@ def _track_spaced(sub: np.ndarray, t0: int, spacing: int, th: np.ndarray, up: np
         phases = [np.ascontiguousarray(values[p::spacing]) for p in range(spacing)]
         return lambda u: phases[(base + u) % spacing][(base + u) // spacing:(base + u) // spacing + n]
 
-    scores_at, valid_at = rows(sub), rows(valid)
+    scores_at = rows(sub)
     if per_origin:
+        valid_at = rows(valid)
         inc = np.empty_like(th)
         for u in range(window):
             cols = min(h_max, window - u)
