@@ -94,6 +94,11 @@ bench-heldout: $(PEERS_STAMP)
 bench-backtest: $(STAMP)
 	$(BIN)/python -m benchmarks.backtest --traces $(TRACES) --frontier --out backtests/results/summary.md
 
+## bench-bursty: the planner with and without service tracking on bursty overlays (tuning) and the ingress traces (validation)
+.PHONY: bench-bursty
+bench-bursty: $(STAMP)
+	$(BIN)/python -m benchmarks.bursty --traces $(TRACES) --out backtests/results/bursty.md
+
 SCALERS ?= 100,300,1000
 PODS ?= 2000,20000
 bench-controller: $(STAMP) tools

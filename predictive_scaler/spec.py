@@ -510,6 +510,28 @@ class DriftSettings(_Settings):
 
 
 @dataclass(frozen=True)
+class ServiceTracking(_Settings):
+    """Headroom widened while the ready replicas leave demand unserved (the forecast is noisy, not biased)."""
+
+    enabled: bool = field(default=False, metadata=_m(
+        "Widen the predictive plan while demand goes unserved: for services with short bursts at random times "
+        "that a forecast of step means cannot see, at a cost (make bench-bursty measures both sides). Default: "
+        "false."))
+    target: float = field(default=0.99, metadata=_m(
+        "Share of demand the ready replicas should serve. While the share left unserved (demand above what the ready "
+        "replicas serve, not counting demand beyond maxReplicas) runs above 1 - target, the predictive strategy "
+        "plans on its quantile times a headroom multiplier that grows; while it runs below, the multiplier shrinks "
+        "back towards 1 (never below). Speculation it buys stays within the prewarm budget. Default: 0.99.",
+        minimum=0.5, maximum=1, exclusive_maximum=True))
+    gain_per_hour: float = field(default=4.0, metadata=_m(
+        "How fast the multiplier moves: its logarithm rises by this per hour of demand left wholly unserved "
+        "(and falls by this x (1 - target) per hour). Default: 4.",
+        minimum=0, maximum=100))
+    max_multiplier: float = field(default=4.0, metadata=_m(
+        "Largest headroom multiplier. Default: 4.", minimum=1, maximum=10))
+
+
+@dataclass(frozen=True)
 class Budget(_Settings):
     _error: ClassVar[type[ConfigError]] = BudgetError
 
@@ -799,6 +821,9 @@ class ScalerSpec(_Settings):
         "HPA-compatible behaviour used as the floor and as the fallback."))
     drift: DriftSettings = field(default_factory=DriftSettings, metadata=_m(
         "When the forecast counts as wrong, and how long it must be right again."))
+    service: ServiceTracking = field(default_factory=ServiceTracking, metadata=_m(
+        "Headroom the predictive strategy adds while demand goes unserved (short bursts a forecast of step means "
+        "cannot see); off unless enabled."))
     prewarm: Prewarm = field(default_factory=Prewarm, metadata=_m("Placeholder pods and the speculative budget."))
     model: ModelRef = field(default_factory=ModelRef, metadata=_m("Which forecasting model to use."))
     mode: Mode = field(default="forecast-only", metadata=_m(

@@ -33,6 +33,7 @@ from predictive_scaler.policy import drift as drift_policy
 from predictive_scaler.policy import events as event_policy
 from predictive_scaler.policy import reactive as reactive_policy
 from predictive_scaler.policy import reasons as why
+from predictive_scaler.policy import service as service_policy
 from predictive_scaler.policy.capacity import (
     REPLICA_CAP,
     ForecastView,
@@ -258,7 +259,7 @@ def plan(
             draft.desired = _fill(draft, draft.desired)
         if draft.strategy == "predictive":
             held = hold_until is not None and _seen_at(seen) < hold_until
-            _predictive(draft, seen, drift_state, recent, held=held)
+            _predictive(draft, seen, drift_state, recent, held=held, headroom_log=state.headroom_log)
     return _decide(draft, seen, cf, state, drift_state, missing_since, recent, onset)
 
 
@@ -416,7 +417,7 @@ def _choose_strategy(draft: _Draft, seen: _Observed, cf: _Counterfactual, drift:
 
 
 def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple[tuple[float, float], ...],
-                *, held: bool = False) -> None:
+                *, held: bool = False, headroom_log: float = 0.0) -> None:
     """Steps 4–6 of the predictive strategy: the forecast's want within the budget, fill, placeholders.
 
     ``recent`` is the demand observed within the release window (now included). ``held``: a predicted
@@ -439,7 +440,9 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
     q_node, node_covered = view.max_over(t, t + lead_node)
     draft.q_pod, draft.q_node = q_pod, q_node
     # The forecast is of step means; per-minute peaks inside a step run above them.
-    peak = spec.demand.intra_step_peak_factor
+    # The service tracker's headroom (spec.service) rides on the peak factor: the same plan, widened.
+    headroom = math.exp(headroom_log)
+    peak = spec.demand.intra_step_peak_factor * headroom
     cap = spec.capacity_per_replica
     size_pod, size_node = q_pod * peak, q_node * peak
     window = spec.reactive.scale_down_stabilization_seconds
@@ -455,8 +458,9 @@ def _predictive(draft: _Draft, seen: _Observed, drift: DriftState, recent: tuple
         draft.reasons.append(why.ForecastAnchored(anchor[0], anchor[1], size_pod, spec.demand_unit))
     raw_pred = replicas_for(size_pod, cap)
     predicted = draft.predicted = clamp(raw_pred, spec.min_replicas, hi)
-    draft.reasons.append(why.PredictiveNeed(spec.quantile, lead_pod, q_pod, spec.demand_unit, peak,
-                                            view.step_seconds, size_pod, cap, raw_pred))
+    draft.reasons.append(why.PredictiveNeed(spec.quantile, lead_pod, q_pod, spec.demand_unit,
+                                            spec.demand.intra_step_peak_factor, view.step_seconds, size_pod, cap,
+                                            raw_pred, headroom))
     if raw_pred > hi:
         draft.limits.append(Limit.MAX_REPLICAS)
         draft.reasons.append(why.Clamped("max", hi, raw_pred, "forecast"))
@@ -590,6 +594,7 @@ def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerS
         last_decided_at=t,
         recent_demand=recent,
         onset_at=onset,
+        **_service(spec, state, seen, recent),
     )
     decision = Decision(
         desired_replicas=scheduled.desired,
@@ -614,6 +619,32 @@ def _decide(draft: _Draft, seen: _Observed, cf: _Counterfactual, state: PlannerS
         scheduled_events=scheduled.names,
     )
     return decision, new_state
+
+
+def _service(spec: ScalerSpec, state: PlannerState, seen: _Observed,
+             recent: tuple[tuple[float, float], ...]) -> dict[str, Any]:
+    """The service tracker after this decision (:mod:`~predictive_scaler.policy.service`).
+
+    Shortfall is demand above what the *ready* replicas serve — replicas still starting are what
+    headroom would have had ready. It is evidence only while more headroom could have served it: not
+    at ``maxReplicas``, not while no replica is ready, and not once replicas have stayed unready
+    longer than the lead times (a workload whose pods do not become ready — an image that cannot be
+    pulled, a crash loop — needs fixing, not more speculative GPUs).
+    """
+    if seen.value is None:
+        return {"headroom_log": state.headroom_log, "demand_level": state.demand_level,
+                "unready_since": state.unready_since}
+    unready_since = None if seen.ready >= seen.current else (
+        state.unready_since if state.unready_since is not None else seen.t)
+    lead = spec.lead_times.node_start_seconds + spec.lead_times.pod_start_seconds
+    stuck = unready_since is not None and seen.t - unready_since > lead
+    ceiling = spec.max_replicas * spec.capacity_per_replica
+    saturated = any(v >= ceiling for _, v in recent)
+    evidence = 1 <= seen.ready < spec.max_replicas and not stuck and not saturated
+    capacity = seen.ready * spec.capacity_per_replica if evidence else None
+    dt = 0.0 if state.last_decided_at is None else seen.t - state.last_decided_at
+    h, level = service_policy.update(spec.service, state.headroom_log, state.demand_level, seen.value, capacity, dt)
+    return {"headroom_log": h, "demand_level": level, "unready_since": unready_since}
 
 
 def _budget_limited(allow: budget_policy.Allowance, wanted_gpus: int, what: Literal["replicas", "prewarmed nodes"],

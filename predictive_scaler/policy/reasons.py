@@ -314,12 +314,18 @@ class PredictiveNeed(Reason):
     sized: float
     capacity: float
     replicas: int
+    #: The service tracker's multiplier (spec.service): > 1 while demand has lately gone unserved.
+    headroom: float = 1.0
 
     def text(self) -> str:
         p = f"P{self.quantile * 100:g}"
         peak = "" if self.peak_factor == 1 else (
             f", × {self.peak_factor:g} for the peaks inside a {self.step_seconds // 60:g}-minute step "
-            f"(demand.intraStepPeakFactor) = {self.sized:.4g} {self.unit}")
+            f"(demand.intraStepPeakFactor)")
+        if self.headroom > 1:
+            peak += f", × {self.headroom:.3g} service headroom (demand went unserved lately; spec.service)"
+        if peak:
+            peak += f" = {self.sized:.4g} {self.unit}"
         return (f"predictive: {p} demand over the next {self.lead_seconds} s is {self.forecast:.4g} "
                 f"{self.unit}{peak}; at {self.capacity:g} {self.unit} per replica that needs {self.replicas} replicas")
 

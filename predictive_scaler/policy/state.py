@@ -95,6 +95,13 @@ class PlannerState:
     #: Start of the model step where the predicted rise being planned for begins (its onset), until the
     #: forecast shows no rise ahead: a held rise is not held again by the steps of the same rise.
     onset_at: float | None = None
+    #: Log of the headroom multiplier the service tracker keeps (:mod:`predictive_scaler.policy.service`).
+    headroom_log: float = 0.0
+    #: Smoothed demand the tracker measures shortfall against (None until the first valid demand).
+    demand_level: float | None = None
+    #: Since when fewer replicas have been ready than desired (None: all ready); readiness stuck for
+    #: longer than the lead times is no evidence for more headroom.
+    unready_since: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self.drift
@@ -110,6 +117,9 @@ class PlannerState:
             "lastDecidedAt": self.last_decided_at,
             "recentDemand": [[t, v] for t, v in self.recent_demand],
             "onsetAt": self.onset_at,
+            "headroomLog": self.headroom_log,
+            "demandLevel": self.demand_level,
+            "unreadySince": self.unready_since,
             "drift": {
                 "pending": [[p.step_start, p.p50, p.pq] for p in d.pending],
                 "outcomes": list(d.outcomes),
@@ -157,6 +167,10 @@ class PlannerState:
                 last_decided_at=_opt_time(data.get("lastDecidedAt")),
                 recent_demand=tuple((_time(t), _demand(v)) for t, v in data.get("recentDemand", ())),
                 onset_at=_opt_time(data.get("onsetAt")),
+                headroom_log=_non_negative(data.get("headroomLog", 0.0), "headroomLog"),
+                demand_level=None if data.get("demandLevel") is None else _non_negative(data.get("demandLevel"),
+                                                                                        "demandLevel"),
+                unready_since=_opt_time(data.get("unreadySince")),
                 drift=DriftState(
                     pending=tuple(
                         PendingForecast(_time(s), None if p50 is None else float(p50), float(pq))
@@ -204,6 +218,13 @@ def _demand(v: Any) -> float:
     f = _finite(v)
     if f < 0:
         raise ValueError(f"recentDemand {v!r} is negative")
+    return f
+
+
+def _non_negative(v: Any, name: str) -> float:
+    f = float(v)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError(f"{name} {v!r} is not a finite number ≥ 0")
     return f
 
 
