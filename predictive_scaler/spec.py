@@ -519,7 +519,9 @@ class ServiceTracking(_Settings):
         "false."))
     target: float = field(default=0.99, metadata=_m(
         "Share of demand the ready replicas should serve. While the share left unserved (demand above what the ready "
-        "replicas serve, not counting demand beyond maxReplicas) runs above 1 - target, the predictive strategy "
+        "replicas serve; not counted at maxReplicas, while demand in the release window reached what maxReplicas "
+        "serve, while no replica is ready, or once replicas stayed unready longer than the lead times) runs above "
+        "1 - target, the predictive strategy "
         "plans on its quantile times a headroom multiplier that grows; while it runs below, the multiplier shrinks "
         "back towards 1 (never below). Speculation it buys stays within the prewarm budget. Default: 0.99.",
         minimum=0.5, maximum=1, exclusive_maximum=True))

@@ -34,8 +34,9 @@ def update(settings: ServiceTracking, headroom_log: float, level: float | None, 
            served_capacity: float | None, dt: float) -> tuple[float, float]:
     """(log multiplier, demand level) after a decision ``dt`` seconds after the previous one.
 
-    ``served_capacity`` is what the ready replicas serve (None: more replicas could not have helped —
-    they are at ``maxReplicas`` — so a shortfall is no ground for more headroom).
+    ``served_capacity`` is what the ready replicas serve (None: no evidence — more headroom could not
+    have served the shortfall; the planner says when, ``planner._service``). Disabled, the multiplier
+    is 1 and only the demand level is kept.
     """
     dt = min(max(dt, 0.0), MAX_DT_SECONDS)
     level = demand if level is None else level + (1 - math.exp(-dt / LEVEL_SECONDS)) * (demand - level)
