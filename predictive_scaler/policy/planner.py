@@ -629,8 +629,10 @@ def _service(spec: ScalerSpec, state: PlannerState, seen: _Observed,
     headroom would have had ready. It is evidence only while more headroom could have served it: not
     at ``maxReplicas``, not while no replica is ready, and not once replicas have stayed unready
     longer than the lead times (a workload whose pods do not become ready — an image that cannot be
-    pulled, a crash loop — needs fixing, not more speculative GPUs).
+    pulled, a crash loop — needs fixing, not more speculative GPUs). Disabled, it keeps nothing.
     """
+    if not spec.service.enabled:
+        return {}
     if seen.value is None:
         return {"headroom_log": state.headroom_log, "demand_level": state.demand_level,
                 "unready_since": state.unready_since}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from tests.e2e.conftest import ControllerProcess, start_controller
 from tests.support.kubeapi import GPU, KubeApiServer
 from tests.support.openmetrics import CounterFamily
 from tests.support.prometheus import PrometheusServer
+from tests.support.ticker import Ticker
 
 NAME = "llm-server"  # the example's Deployment and PredictiveScaler (and so the model's name)
 PLACEHOLDER = manifests.placeholder_name(NAME)
@@ -101,26 +101,23 @@ class Recorder:
     period: float = 1.0
     samples: dict[str, list[Sample]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _ticker: Ticker | None = None
 
     def start(self) -> None:
         self.samples = {ns: [] for ns in self.namespaces}
-        self._thread = threading.Thread(target=self._run, name="e2e-recorder", daemon=True)
-        self._thread.start()
+        self._ticker = Ticker("e2e-recorder", self._tick, self.period)
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._ticker is not None:
+            self._ticker.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            for ns in self.namespaces:
-                try:
-                    self.samples[ns].append(self._sample(ns))
-                except Exception as exc:  # noqa: BLE001 - recorded, and a test reports it
-                    self.errors.append(f"{ns}: {exc!r}")
+    def _tick(self) -> None:
+        for ns in self.namespaces:
+            try:
+                self.samples[ns].append(self._sample(ns))
+            except Exception as exc:  # noqa: BLE001 - recorded, and a test reports it
+                self.errors.append(f"{ns}: {exc!r}")
 
     def _sample(self, ns: str) -> Sample:
         t = time.time()

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from tests.e2e.conftest import ControllerProcess, start_controller
 from tests.support.kubeapi import GPU, KubeApiServer
 from tests.support.openmetrics import CounterFamily
 from tests.support.prometheus import PrometheusServer
+from tests.support.ticker import Ticker
 
 NAME = "llm-server"
 SELECTOR = "app.kubernetes.io/name=llm-server"
@@ -93,38 +93,35 @@ class StandInKubelet:
 
     api: KubeApiServer
     namespace: str
-    errors: list[str]
-    _stop: threading.Event
-    _thread: threading.Thread | None = None
+    errors: list[str] = field(default_factory=list)
+    _ticker: Ticker | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="stand-in-kubelet", daemon=True)
-        self._thread.start()
+        self._ticker = Ticker("stand-in-kubelet", self._tick)
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._ticker is not None:
+            self._ticker.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            try:
-                for pod in self.api.pods(self.namespace, SELECTOR):
-                    status = pod.get("status") or {}
-                    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                                for c in status.get("conditions") or ())
-                    if pod["spec"].get("nodeName") and not ready and not pod["metadata"].get("deletionTimestamp"):
-                        name = pod["metadata"]["name"]
-                        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                        body = {"status": {"phase": "Running", "conditions": [
-                            {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}}
-                        answer = self.api.request("PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{name}/status",
-                                                  body=body, content_type="application/merge-patch+json")
-                        if answer.status_code not in (200, 404, 409):
-                            self.errors.append(f"{name}: {answer.status_code} {answer.text[:200]}")
-            except Exception as exc:  # noqa: BLE001 - recorded, and the tests report it
-                self.errors.append(repr(exc))
+    def _tick(self) -> None:
+        try:
+            for pod in self.api.pods(self.namespace, SELECTOR):
+                status = pod.get("status") or {}
+                ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                            for c in status.get("conditions") or ())
+                if pod["spec"].get("nodeName") and not ready and not pod["metadata"].get("deletionTimestamp"):
+                    name = pod["metadata"]["name"]
+                    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    body = {"status": {"phase": "Running", "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}}
+                    answer = self.api.request("PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{name}/status",
+                                              body=body, content_type="application/merge-patch+json")
+                    if answer.status_code not in (200, 404, 409):
+                        self.errors.append(f"{name}: {answer.status_code} {answer.text[:200]}")
+        except Exception as exc:  # noqa: BLE001 - recorded, and the tests report it
+            self.errors.append(repr(exc))
 
 
 @dataclass
@@ -166,7 +163,7 @@ def world(kube_api: KubeApiServer, controller_kubeconfig: Path, prometheus_facto
             kube_api.add_gpu_node(f"{ns}-gpu-{i}", 8, taints=[taint],
                                   labels={"nvidia.com/gpu.present": "true", POOL_LABEL: ns})
         kube_api.apply(objects(ns))
-    kubelet = StandInKubelet(kube_api, READY_NS, [], threading.Event())
+    kubelet = StandInKubelet(kube_api, READY_NS)
     logs = tmp_path_factory.mktemp("service-controllers")
     controllers: dict[str, ControllerProcess] = {}
     try:
