@@ -7,9 +7,11 @@ binary fails the test with what to run (tests/support/kubeapi.py); nothing skips
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -151,19 +153,44 @@ class ControllerProcess:
         return int(self.popen.returncode)
 
 
+#: Tries at starting a controller: its ports are picked free, but another process can take one before
+#: the controller binds it (the controller then exits at once: "Address already in use").
+START_TRIES = 3
+#: How long a start waits for the controller's metrics port, or its exit.
+START_WAIT_SECONDS = 20.0
+
+
 def start_controller(kubeconfig: Path, prometheus_url: str, store: ModelStore, log: Path,
                      interval: int = INTERVAL_SECONDS, namespace: str | None = None) -> ControllerProcess:
-    port = free_port()
     exe = Path(sys.executable).with_name("predictive-scaler")
     assert exe.exists(), f"{exe} is missing: install the package (make install)"
-    argv = [str(exe), "controller", f"--kubeconfig={kubeconfig}", f"--prometheus-url={prometheus_url}",
-            f"--model-store={store.root}", f"--interval={interval}", f"--metrics-port={port}",
-            f"--health-port={free_port()}", *([f"--namespace={namespace}"] if namespace else [])]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREDICTIVE_SCALER_")}
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    with open(log, "ab") as out:
-        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    return ControllerProcess(popen, log, port, argv, env)
+    for _ in range(START_TRIES):
+        port = free_port()
+        argv = [str(exe), "controller", f"--kubeconfig={kubeconfig}", f"--prometheus-url={prometheus_url}",
+                f"--model-store={store.root}", f"--interval={interval}", f"--metrics-port={port}",
+                f"--health-port={free_port()}", *([f"--namespace={namespace}"] if namespace else [])]
+        logged = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = ControllerProcess(popen, log, port, argv, env)
+        if not _lost_port_race(proc, logged):
+            break
+    return proc
+
+
+def _lost_port_race(proc: ControllerProcess, logged: int) -> bool:
+    """Wait until ``proc`` serves its metrics port or exits: True when it exited because a port it was
+    given was taken (its log past ``logged`` bytes says so); any other exit is the test's to report."""
+    deadline = time.monotonic() + START_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            return "Address already in use" in proc.log_text().encode()[logged:].decode(errors="replace")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", proc.metrics_port), timeout=0.5):
+            return False
+        time.sleep(0.1)
+    return False
 
 
 # Per module: a cluster-wide controller left running would also reconcile the scalers of later
