@@ -436,14 +436,32 @@ def served(objects: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     return keep, left
 
 
+def wait_established(server: KubeApiServer, name: str, timeout: float = 60) -> None:
+    """Poll until the CRD's Established condition is True.
+
+    `kubectl wait --for=condition=...` fails at once ("accessor error: <nil>") when it reads the CRD
+    before the apiextensions controller has written any condition, so it cannot be used straight
+    after the create.
+    """
+    deadline = time.monotonic() + timeout
+    query = '{.status.conditions[?(@.type=="Established")].status}'
+    while True:
+        done = server.kubectl("get", f"crd/{name}", "-o", f"jsonpath={query}", check=False)
+        if done.returncode == 0 and done.stdout.strip() == "True":
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"crd/{name} not Established within {timeout:.0f}s: "
+                                 f"{done.stdout.strip() or done.stderr.strip()}")
+        time.sleep(0.2)
+
+
 def apply_deploy(server: KubeApiServer, objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Apply the rendered install (CRD first, then wait until it is Established). Returns what was left out."""
     keep, left = served(objects)
     crds = [o for o in keep if o["kind"] == "CustomResourceDefinition"]
     server.apply(crds)
     for definition in crds:
-        name = definition["metadata"]["name"]
-        server.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        wait_established(server, definition["metadata"]["name"])
     server.apply([o for o in keep if o["kind"] != "CustomResourceDefinition"])
     return left
 
