@@ -269,6 +269,15 @@ class ArimaModel(WalkForwardModel):
         y = observed_log(series.values[lo:last], self.log_offset)
         resid = y - _design(secs[lo:last], self.t_ref, self.daily_k, self.weekly_k, self.trend) @ coef
         mean, var = self._residual_moments(resid, idx - lo, horizon_steps)
+        # With no observation in the window a served forecast reads (an outage), the residual's
+        # state is the filter's diffuse start: its variance is capped, not known, and its P95 ran to
+        # 1e304. No forecast, then (NaN: the served path raises, the protocol does not score it).
+        seen = np.concatenate([[0], np.cumsum(np.isfinite(y))])
+        at = idx - lo
+        blind = (seen[at + 1] - seen[np.maximum(at + 1 - self.window, 0)]) == 0
+        if np.any(blind):
+            mean, var = mean.copy(), var.copy()
+            mean[blind], var[blind] = np.nan, np.nan
         future = secs[idx][:, None] + self.step_seconds * np.arange(1, horizon_steps + 1)[None, :]
         seasonal = (_design(future.ravel(), self.t_ref, self.daily_k, self.weekly_k, self.trend) @ coef).reshape(future.shape)
         return seasonal + mean, np.sqrt(np.maximum(var, 0.0))

@@ -154,3 +154,32 @@ def test_the_design_takes_each_sine_once_per_phase_and_gives_the_same_numbers(st
             cols += [np.sin(k * phase), np.cos(k * phase)]
     np.testing.assert_array_equal(got, np.column_stack(cols))
     assert _design(secs, float(secs[-1]), 3, 0, False).shape == (5000, 7)
+
+
+def test_no_observation_in_the_window_is_no_forecast_not_a_wild_one():
+    """An outage longer than the window leaves the residual's state the filter's diffuse start:
+    its P95 ran to 1e304. There is no forecast then (NaN; the served path says why), and one
+    observation after the outage is enough to forecast again, within reach of the data."""
+    from predictive_scaler.errors import ModelError
+    from predictive_scaler.forecasting.arima import ArimaForecaster
+    from predictive_scaler.series import Series
+    from tests.forecasting.conftest import make_daily
+
+    history = make_daily(days=8)
+    model = ArimaForecaster().fit(history)
+    assert isinstance(model, ArimaModel)
+    after = make_daily(days=12, seed=1).values[len(history.values):]
+    outage = np.full(2 * model.window, np.nan)
+    values = np.concatenate([history.values, outage, after])
+    series = Series(values=values, start=history.start, step_seconds=history.step_seconds)
+    n0 = len(history.values)
+    blind = np.array([n0 + model.window + 10, n0 + 2 * model.window - 1])
+    sighted = np.array([n0 + 5, n0 + 2 * model.window, n0 + 2 * model.window + 30])
+    fc = model.walk_forward(series, np.concatenate([blind, sighted]), 6, (0.5, 0.95))
+    assert np.all(np.isnan(fc[:2]))
+    assert np.all(np.isfinite(fc[2:]))
+    assert float(np.max(fc[2:])) < 50 * float(np.nanmax(values))
+    with pytest.raises(ModelError, match="too few observations"):
+        model.forecast(series.slice(0, int(blind[0]) + 1), 6, (0.5, 0.95))
+    served = model.forecast(series.slice(0, int(sighted[1]) + 1), 6, (0.5, 0.95))
+    assert np.all(np.isfinite(served.values)) and float(np.max(served.values)) < 50 * float(np.nanmax(values))
