@@ -10,12 +10,17 @@ import pytest
 
 from benchmarks.forecast_heldout import (
     FINAL_DAYS,
+    SLICE_DAYS,
+    SLICE_MARK,
+    SLICES_PER_TRACE,
     choose,
     figures,
     leave_one_out,
+    load_named,
     paired_ratio,
     part_of,
     parts,
+    slice_names,
 )
 from predictive_scaler.forecasting.defaults import VARIANT_NAMES
 
@@ -78,3 +83,24 @@ def test_ratio_counts_only_origins_both_sides_scored():
     peer["loss"] = peer["loss"] * 4
     ratio, _, (a, b) = paired_ratio(side, peer, 5)
     assert ratio == pytest.approx(0.25) and a.sum() == 5
+
+
+def _write_trace(path: Any, days: int, step: int = 3600) -> None:
+    import pandas as pd
+
+    times = pd.date_range("2024-01-01", periods=days * 86400 // step, freq=f"{step}s", tz="UTC")
+    lines = ["timestamp,value", *(f"{t.isoformat()},{i % 24 + 1}" for i, t in enumerate(times))]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_short_history_slices_lie_in_the_tuning_part_of_the_long_traces_only(tmp_path):
+    _write_trace(tmp_path / "long.csv", 60)
+    _write_trace(tmp_path / "short.csv", 14)
+    names = slice_names(tmp_path, ["long", "short"])
+    assert len(names) == SLICES_PER_TRACE and all(n.startswith(f"long{SLICE_MARK}") for n in names)
+    starts = [int(n.partition(SLICE_MARK)[2]) for n in names]
+    assert starts[0] == 0 and starts[-1] + SLICE_DAYS <= 60 - FINAL_DAYS  # never into the last weeks
+    piece = load_named(tmp_path, names[-1])
+    assert piece.name == names[-1]
+    assert piece.span.days == SLICE_DAYS
+    assert (piece.start - load_named(tmp_path, "long").start).days == starts[-1]
