@@ -107,10 +107,14 @@ class ServedModel:
 
     def __init__(self, model: FittedModel, version: str, *, horizon_steps: int, quantiles: tuple[float, ...],
                  recent_steps: int | None = None,
-                 memo: dict[tuple[str | None, int], Forecast] | None = None) -> None:
+                 memo: dict[tuple[str | None, int], Forecast] | None = None,
+                 refusals: dict[tuple[str | None, int], str] | None = None) -> None:
         self.model = model
         #: Forecasts served before, by (version, origin): shared by the operating points of a frontier.
         self.memo = memo
+        #: ... and the model's refusals (ModelError's message): the reconciler asks again every tick of
+        #: a step, and through an outage longer than the model's window every ask is refused.
+        self.refusals: dict[tuple[str | None, int], str] = {} if refusals is None else refusals
         self._recent_steps = recent_steps
         self.batch_rejections = 0
         self._version = version
@@ -170,6 +174,20 @@ class ServedModel:
             if not np.allclose(expected, direct, rtol=1e-6, atol=1e-9):
                 self.batch_rejections += 1
                 return
+        # A NaN row is the batch's "no forecast" (a window with too few observations); the first
+        # one is checked to be the direct forecast's refusal too, so the others are refused without
+        # forecasting each again (an outage of days is a thousand such origins).
+        blind = np.flatnonzero(~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1))
+        if blind.size:
+            origin = first + int(blind[0])
+            try:
+                self.model.forecast(grid.slice(origin + 1 - self.recent_steps, origin + 1), self.horizon_steps,
+                                    self.quantiles)
+            except ModelError:
+                pass
+            else:
+                self.batch_rejections += 1
+                return
         t0 = int(grid.start.timestamp())
         for j, origin in enumerate(range(first, last + 1)):
             self._batch[t0 + origin * grid.step_seconds] = values[j]
@@ -182,14 +200,25 @@ class ServedModel:
             self.issued.append(forecast.issued_at)
             self.values.append(np.asarray(forecast.values))
             return forecast
+        if memo_key is not None and memo_key in self.refusals:
+            raise ModelError(self.refusals[memo_key])
         cached = self._batch.get(key) if key is not None and recent.step_seconds == self.step_seconds else None
-        if cached is not None and np.isfinite(cached).all():
+        if cached is not None and not np.isfinite(cached).all():
+            raise ModelError(f"{self._label} cannot forecast after {recent.last_time}: its window holds too few "
+                             "observations; wait for data or use another model")
+        if cached is not None:
             forecast = Forecast(issued_at=recent.last_time, step_seconds=self.step_seconds,
                                 quantiles=self.quantiles, values=cached, model=self._label)
         else:
             started = time.perf_counter()
-            forecast = self.model.forecast(recent, self.horizon_steps, self.quantiles)
-            self.seconds += time.perf_counter() - started
+            try:
+                forecast = self.model.forecast(recent, self.horizon_steps, self.quantiles)
+            except ModelError as exc:
+                if memo_key is not None:
+                    self.refusals[memo_key] = str(exc)
+                raise
+            finally:
+                self.seconds += time.perf_counter() - started
         self.issued.append(forecast.issued_at)
         self.values.append(np.asarray(forecast.values))
         if self.memo is not None and memo_key is not None:
@@ -336,6 +365,7 @@ class PredictiveCache:
     retrained: dict[float, ServingModel | None] = field(default_factory=dict)
     events: list[ModelEvent] = field(default_factory=list)
     forecasts: dict[tuple[str | None, int], Forecast] = field(default_factory=dict)
+    refusals: dict[tuple[str | None, int], str] = field(default_factory=dict)
     filled: bool = False
 
     @staticmethod
@@ -387,7 +417,8 @@ def run_predictive(setup: Setup, *, initial_replicas: int, progress: Progress | 
     served = ServedModel(first.model, first.version, horizon_steps=max(1, spec.horizon_seconds // step), quantiles=quantiles,
                          recent_steps=None if spec.model.recent_window_seconds is None
                          else max(1, spec.model.recent_window_seconds // step),
-                         memo=None if cache is None else cache.forecasts)
+                         memo=None if cache is None else cache.forecasts,
+                         refusals=None if cache is None else cache.refusals)
     grid = metrics.grid(step)
     g0 = grid.start.timestamp()
 

@@ -29,6 +29,7 @@ from predictive_scaler.forecasting.walkforward import (
     history_key,
     max_horizon_steps,
     on_model_grid,
+    require_finite,
     walk_forward,
 )
 from predictive_scaler.series import Series
@@ -223,6 +224,7 @@ class CalibratedModel(FittedModel):
         if self.tracking:
             grid = on_model_grid(recent, self.step_seconds, self.base.kind).tail(self.window_steps)
             values = self.walk_forward(grid, np.array([len(grid) - 1]), horizon_steps, qs)[0]
+            require_finite(values, self.base.kind, grid)
             return Forecast(issued_at=grid.last_time, step_seconds=self.step_seconds, quantiles=qs,
                             values=values, model=f"{self.base.kind}+calibrated")
         raw = self.base.forecast(recent, horizon_steps, _with_median(qs))

@@ -75,12 +75,18 @@ class WalkForwardModel(FittedModel):
         grid = on_model_grid(recent, self.step_seconds, self.kind)
         window = grid.tail(self.window_steps)
         values = self.walk_forward(window, np.array([len(window) - 1]), horizon_steps, qs)[0]
-        if not np.all(np.isfinite(values)):
-            raise ModelError(
-                f"{self.kind} cannot forecast after {window.last_time}: the last "
-                f"{len(window)} steps hold too few observations; wait for data or use another model"
-            )
+        require_finite(values, self.kind, window)
         return self.issue(window, qs, values)
+
+
+def require_finite(values: np.ndarray, kind: str, window: Series) -> None:
+    """A served forecast is a number at every step and quantile: NaN (a window with too few
+    observations) is no forecast, never a forecast of zero demand."""
+    if not np.all(np.isfinite(values)):
+        raise ModelError(
+            f"{kind} cannot forecast after {window.last_time}: the last "
+            f"{len(window)} steps hold too few observations; wait for data or use another model"
+        )
 
 
 def check_origins(series: Series, origins: np.ndarray) -> np.ndarray:

@@ -233,3 +233,43 @@ def test_a_batch_over_a_whole_period_is_served_when_the_model_reads_only_its_win
         recent = trace.slice(origin + 1 - served.recent_steps, origin + 1)
         got = served.forecast(recent, recent.last_time.to_pydatetime()).values
         np.testing.assert_allclose(got, model.forecast(recent, 6, (0.5, 0.95)).values, rtol=1e-9)
+
+
+def test_through_an_outage_longer_than_the_window_the_batch_refuses_as_the_model_does() -> None:
+    """Origins whose window holds no observation get no forecast, batched or direct, and the
+    reconciler's asks every tick of such a step cost no forecast each: the batch's refusal was
+    checked against the model's own, and a refusal is remembered per step of data."""
+    from predictive_scaler.backtest.adapters import ServedModel
+    from predictive_scaler.errors import ModelError
+    from predictive_scaler.forecasting import registry
+
+    trace = daily_trace(12)
+    model = registry.forecaster("arima").fit(trace.slice(0, 7 * 288))
+    values = trace.values.copy()
+    values[7 * 288:9 * 288] = np.nan  # two days without data
+    gappy = Series(values, trace.start, 300)
+    first, last = 7 * 288, 10 * 288
+
+    served = ServedModel(model, "v1", horizon_steps=6, quantiles=(0.5, 0.95))
+    calls = []
+    direct = model.forecast
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return direct(*args, **kwargs)
+
+    object.__setattr__(model, "forecast", counted)
+    served.precompute(gappy, first, last)
+    assert served.batch_rejections == 0
+    checks = len(calls)
+    blind = 8 * 288 + 100
+    recent = gappy.slice(blind + 1 - served.recent_steps, blind + 1)
+    for _ in range(5):  # five ticks of one step
+        with pytest.raises(ModelError, match="too few"):
+            served.forecast(recent, recent.last_time.to_pydatetime())
+    assert len(calls) == checks
+    with pytest.raises(ModelError, match="too few"):
+        direct(recent, 6, (0.5, 0.95))
+    back = 9 * 288 + 12  # an hour after the data is back: a forecast again
+    recent = gappy.slice(back + 1 - served.recent_steps, back + 1)
+    assert np.all(np.isfinite(served.forecast(recent, recent.last_time.to_pydatetime()).values))

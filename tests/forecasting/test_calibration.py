@@ -254,3 +254,16 @@ def test_interquartile_ranges_are_column_by_column_nanpercentile(gaps: str) -> N
         expected = [float(np.subtract(*np.nanpercentile(scores[:, h], [75, 25]))) for h in range(6)]
     got = interquartile_ranges(scores)
     np.testing.assert_array_equal(got, np.asarray(expected))
+
+
+def test_a_tracked_model_with_no_observation_in_its_window_gives_no_forecast_not_zero(series):
+    """NaN from the tracked walk-forward (a window with no observation) is a refusal, as from any
+    walk-forward model: a Forecast would have read it as zero demand."""
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6)
+    assert model.tracking
+    outage = np.full(model.window_steps + 1, np.nan)  # longer than all the model reads
+    blind = type(series)(np.concatenate([series.values[:8 * DAY], outage]), series.start, series.step_seconds)
+    with pytest.raises(ModelError, match="too few observations"):
+        model.forecast(blind, 6, (0.5, 0.95))
+    assert np.all(model.forecast(series.slice(0, 9 * DAY), 6, (0.5, 0.95)).values > 0)
