@@ -204,8 +204,11 @@ class ServedModel:
             raise ModelError(self.refusals[memo_key])
         cached = self._batch.get(key) if key is not None and recent.step_seconds == self.step_seconds else None
         if cached is not None and not np.isfinite(cached).all():
-            raise ModelError(f"{self._label} cannot forecast after {recent.last_time}: its window holds too few "
-                             "observations; wait for data or use another model")
+            refused = (f"{self._label} cannot forecast after {recent.last_time}: its window holds too few "
+                       "observations; wait for data or use another model")
+            if memo_key is not None:
+                self.refusals[memo_key] = refused
+            raise ModelError(refused)
         if cached is not None:
             forecast = Forecast(issued_at=recent.last_time, step_seconds=self.step_seconds,
                                 quantiles=self.quantiles, values=cached, model=self._label)

@@ -268,6 +268,11 @@ def test_through_an_outage_longer_than_the_window_the_batch_refuses_as_the_model
         with pytest.raises(ModelError, match="too few"):
             served.forecast(recent, recent.last_time.to_pydatetime())
     assert len(calls) == checks
+    # Another operating point of a frontier shares the refusals (it has no batch of its own).
+    again = ServedModel(model, "v1", horizon_steps=6, quantiles=(0.5, 0.95), refusals=served.refusals)
+    with pytest.raises(ModelError, match="too few"):
+        again.forecast(recent, recent.last_time.to_pydatetime())
+    assert len(calls) == checks
     with pytest.raises(ModelError, match="too few"):
         direct(recent, 6, (0.5, 0.95))
     back = 9 * 288 + 12  # an hour after the data is back: a forecast again
