@@ -101,8 +101,10 @@ class ServedModel:
     with a ``recent`` window ending at that origin. The batch is checked against
     direct forecasts from ``recent_steps``-long windows (what the reconciler
     passes) at its first and last origins and dropped if they differ, so the
-    served numbers are exactly what ``forecast`` would return. Any other request
-    is forecast directly.
+    served numbers are exactly what ``forecast`` would return. A NaN row (a window
+    with too few observations) is the model's refusal, checked once per batch against
+    the direct one; refusals are remembered per step of data. Any other request is
+    forecast directly.
     """
 
     def __init__(self, model: FittedModel, version: str, *, horizon_steps: int, quantiles: tuple[float, ...],
