@@ -39,6 +39,7 @@ from predictive_scaler.errors import DataError, ModelError, SourceError
 from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.evaluation import model_series
 from predictive_scaler.forecasting.metrics import naive_scale
+from predictive_scaler.forecasting.walkforward import too_few_observations
 from predictive_scaler.policy.planner import ClusterState, Decision
 from predictive_scaler.policy.state import PlannerState
 from predictive_scaler.reconcile import Reconciler
@@ -206,11 +207,10 @@ class ServedModel:
             raise ModelError(self.refusals[memo_key])
         cached = self._batch.get(key) if key is not None and recent.step_seconds == self.step_seconds else None
         if cached is not None and not np.isfinite(cached).all():
-            refused = (f"{self._label} cannot forecast after {recent.last_time}: its window holds too few "
-                       "observations; wait for data or use another model")
+            refused = too_few_observations(self._label, recent)
             if memo_key is not None:
-                self.refusals[memo_key] = refused
-            raise ModelError(refused)
+                self.refusals[memo_key] = str(refused)
+            raise refused
         if cached is not None:
             forecast = Forecast(issued_at=recent.last_time, step_seconds=self.step_seconds,
                                 quantiles=self.quantiles, values=cached, model=self._label)

@@ -83,10 +83,13 @@ def require_finite(values: np.ndarray, kind: str, window: Series) -> None:
     """A served forecast is a number at every step and quantile: NaN (a window with too few
     observations) is no forecast, never a forecast of zero demand."""
     if not np.all(np.isfinite(values)):
-        raise ModelError(
-            f"{kind} cannot forecast after {window.last_time}: the last "
-            f"{len(window)} steps hold too few observations; wait for data or use another model"
-        )
+        raise too_few_observations(kind, window)
+
+
+def too_few_observations(kind: str, window: Series) -> ModelError:
+    """The refusal of a forecast from ``window``: it holds too few observations."""
+    return ModelError(f"{kind} cannot forecast after {window.last_time}: the last {len(window)} steps hold too "
+                      "few observations; wait for data or use another model")
 
 
 def check_origins(series: Series, origins: np.ndarray) -> np.ndarray:

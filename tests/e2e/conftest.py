@@ -239,6 +239,13 @@ def events(api: KubeApiServer, namespace: str) -> list[dict[str, Any]]:
     return list(answer["items"])
 
 
+def wait_for_events(api: KubeApiServer, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """The namespace's Events of ``reason``, once there is one: the controller posts a period's Events
+    after its status write, so one can be read before the other is there."""
+    return list(api.wait_for(f"an Event {reason} in {namespace}",
+                             lambda: [e for e in events(api, namespace) if e["reason"] == reason]))
+
+
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     for c in ((obj or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == kind:

@@ -39,6 +39,7 @@ from tests.e2e.conftest import (
     get_scaler,
     make_target,
     scaler_manifest,
+    wait_for_events,
 )
 from tests.support.kubeapi import KubeApiServer
 from tests.support.prometheus import running_prometheus
@@ -222,7 +223,7 @@ def test_a_conflicting_hpa_is_refused_with_its_condition(kube_api: KubeApiServer
     assert "HorizontalPodAutoscaler e2e-hpa/llm-hpa" in conflict["message"]
     assert condition(get_scaler(kube_api, ns), "ApiDegraded")["status"] == "False"  # type: ignore[index]
     assert replicas(kube_api, ns) == 1 and scale_writes(kube_api, ns) == []
-    refused = [e for e in events(kube_api, ns) if e["reason"] == "ConflictingAutoscaler"]
+    refused = wait_for_events(kube_api, ns, "ConflictingAutoscaler")
     assert refused and refused[0]["type"] == "Warning"
     lists = [e["requestURI"] for e in kube_api.audit(SA_USER) if "horizontalpodautoscalers" in e["requestURI"]]
     assert lists and all("/autoscaling/v2beta2/" in u for u in lists), lists[:3]
@@ -275,7 +276,7 @@ def test_a_cross_field_rule_1_20_cannot_check_is_refused_by_the_controller(kube_
                               and c["reason"] == "InvalidSpec" and c)
     assert ready["status"] == "False" and "minReplicas" in ready["message"], ready
     assert replicas(kube_api, ns) == 1 and scale_writes(kube_api, ns) == []
-    assert [e for e in events(kube_api, ns) if e["reason"] == "InvalidSpec" and e["type"] == "Warning"]
+    assert [e for e in wait_for_events(kube_api, ns, "InvalidSpec") if e["type"] == "Warning"]
 
 
 def test_the_docs_show_the_schema_rejection() -> None:

@@ -443,16 +443,13 @@ def wait_established(server: KubeApiServer, name: str, timeout: float = 60) -> N
     before the apiextensions controller has written any condition, so it cannot be used straight
     after the create.
     """
-    deadline = time.monotonic() + timeout
     query = '{.status.conditions[?(@.type=="Established")].status}'
-    while True:
+
+    def established() -> bool:
         done = server.kubectl("get", f"crd/{name}", "-o", f"jsonpath={query}", check=False)
-        if done.returncode == 0 and done.stdout.strip() == "True":
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"crd/{name} not Established within {timeout:.0f}s: "
-                                 f"{done.stdout.strip() or done.stderr.strip()}")
-        time.sleep(0.2)
+        return done.returncode == 0 and done.stdout.strip() == "True"
+
+    server.wait_for(f"crd/{name} to be Established", established, timeout=timeout, interval=0.2)
 
 
 def apply_deploy(server: KubeApiServer, objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
