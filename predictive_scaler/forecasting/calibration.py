@@ -76,6 +76,21 @@ RATE_CHOICE_SPACING_SECONDS = 600
 #: times more than the calibration window did. Fixed a priori, not tuned.
 TRACKING_FLOOR_SHARE = 0.25
 _IQR_PER_SD = 1.35
+#: The shape of the alternative to log-scale shifts (``additive`` calibration, chosen per model
+#: and series): "root" — shifts on the square-root scale, added to the base median; "demand" —
+#: shifts in demand units, added to the base median (statsforecast's conformal intervals);
+#: "quantile" — demand units added to the base model's own quantile, as artifacts written before
+#: this setting still are. The base models' spreads are on the log scale, so "quantile" kept a band
+#: proportional to the level, and count-like traffic's errors are not: with each shift at its best
+#: value in hindsight, a P95 of median + shift had 0.71-1.06 of log-scale shifts' pinball loss on
+#: the 30-minute taxi slices and the NASA slices (a week of history each), where "quantile" had
+#: 0.89-1.34. Chosen on the tuning set (docs/forecast-protocol.md: the bundled traces' tuning parts
+#: and the short-history slices, 16 runs): geometric mean of served ÷ best peer 1.014 with
+#: "quantile", 0.955 with "demand", 0.965 with "root" — but "demand" under-covers where the level
+#: rises after calibration (servegen_m_small 0.875, its held-out interval wholly above 1), and the
+#: square root, whose band grows with the square root of the level, holds every held-out line.
+ADDITIVE_SHAPE = "root"
+
 #: The tracker's replay gathers this many scores at a time (memory, not results).
 TRACK_BLOCK_VALUES = 1 << 20
 #: ... when one replayed step holds at most this many (a served forecast with online weights:
@@ -83,13 +98,19 @@ TRACK_BLOCK_VALUES = 1 << 20
 TRACK_SMALL_VALUES = 4096
 
 
-def _fwd(values: np.ndarray, log_offset: float, additive: bool) -> np.ndarray:
-    """The scale shifts live on: log(x + c), or demand units for additive calibration."""
-    return np.asarray(values, dtype=float) if additive else to_log(values, log_offset)
+def _fwd(values: np.ndarray, log_offset: float, additive: bool, root: bool = False) -> np.ndarray:
+    """The scale shifts live on: log(x + c); for additive calibration demand units, or their
+    square root (``root``)."""
+    if not additive:
+        return to_log(values, log_offset)
+    x = np.asarray(values, dtype=float)
+    return np.sqrt(np.maximum(x, 0.0)) if root else x
 
 
-def _inv(values: np.ndarray, log_offset: float, additive: bool) -> np.ndarray:
-    return np.maximum(values, 0.0) if additive else from_log(values, log_offset)
+def _inv(values: np.ndarray, log_offset: float, additive: bool, root: bool = False) -> np.ndarray:
+    if not additive:
+        return from_log(values, log_offset)
+    return np.maximum(values, 0.0) ** 2 if root else np.maximum(values, 0.0)
 
 
 def _with_median(quantiles: Sequence[float]) -> tuple[float, ...]:
@@ -97,11 +118,11 @@ def _with_median(quantiles: Sequence[float]) -> tuple[float, ...]:
 
 
 def recent_volatility(values: np.ndarray, origins: np.ndarray, log_offset: float, window: int,
-                      additive: bool = False) -> np.ndarray:
-    """RMS of the one-step log changes (``additive``: changes in demand units) in the ``window``
-    steps up to each origin (NaN if none)."""
-    logy = np.where(np.isfinite(values), np.asarray(values, dtype=float), np.nan) if additive else observed_log(
-        values, log_offset)
+                      additive: bool = False, root: bool = False) -> np.ndarray:
+    """RMS of the one-step log changes (``additive``: changes in demand units, or in their square
+    root with ``root``) in the ``window`` steps up to each origin (NaN if none)."""
+    logy = (np.where(np.isfinite(values), _fwd(values, log_offset, True, root), np.nan) if additive
+            else observed_log(values, log_offset))
     d2 = np.diff(logy, prepend=np.nan) ** 2
     ok = np.isfinite(d2)
     csum = np.concatenate([[0.0], np.cumsum(np.where(ok, d2, 0.0))])
@@ -131,9 +152,15 @@ class CalibratedModel(FittedModel):
     tracking_steps: tuple[tuple[float, ...], ...] = ()
     #: The rate the steps were made with (a record of the choice; forecasts use the steps).
     tracking_rate: float = 0.0
-    #: Shifts in demand units (additive, as statsforecast's conformal intervals) instead of on
-    #: the log scale; chosen per model and series by :func:`selection.train_candidates`.
+    #: The alternative to log-scale shifts (its shape: :data:`ADDITIVE_SHAPE`; demand units in
+    #: artifacts written before it); chosen per model and series by :func:`selection.train_candidates`.
     additive: bool = False
+    #: Every quantile is the base median plus its shift (as statsforecast's conformal intervals),
+    #: not the base model's own quantile plus a shift; additive only (:data:`ADDITIVE_SHAPE`).
+    #: False in artifacts written before it.
+    centred: bool = False
+    #: Additive shifts on the square-root scale, not in demand units (:data:`ADDITIVE_SHAPE`).
+    root: bool = False
     #: The tracker's step floor as a share of the recent volatility's random-walk IQR
     #: (:data:`TRACKING_FLOOR_SHARE`; 0: none, as in artifacts written before it).
     tracking_floor: float = 0.0
@@ -142,6 +169,9 @@ class CalibratedModel(FittedModel):
     def __post_init__(self) -> None:
         if len(self.offsets) != len(self.quantiles) or not all(self.offsets):
             raise ModelError("calibration offsets do not match their quantiles; recalibrate the model")
+        if (self.centred or self.root) and not (self.additive and self.centred and self.volatility_floor == 0):
+            raise ModelError("centred and square-root shifts are an additive calibration's shapes (root ones "
+                             "centred too); recalibrate the model")
         if self.tracking_window and (len(self.tracking_steps) != len(self.quantiles)
                                      or any(len(r) != len(self.offsets[0]) for r in self.tracking_steps)):
             raise ModelError("calibration tracking steps do not match their quantiles; recalibrate the model")
@@ -206,8 +236,8 @@ class CalibratedModel(FittedModel):
                shift: np.ndarray | None = None) -> np.ndarray:
         """Calibrated quantiles (n, k, h) from base quantiles ``raw`` (n, 1 + k, h), median first.
 
-        Adaptive: median + offset × recent volatility; otherwise each base quantile + its offset
-        (per origin when ``shift`` (n, k, h) is given: the tracked shifts).
+        Adaptive: median + offset × recent volatility; centred: median + offset; otherwise each
+        base quantile + its offset (per origin when ``shift`` (n, k, h) is given: the tracked shifts).
         """
         if shift is None:
             shift = self._shift(quantiles, raw.shape[2])[None, :, :]
@@ -215,9 +245,14 @@ class CalibratedModel(FittedModel):
             centre = to_log(raw[:, :1, :], self.log_offset)
             shifted = centre + scale[:, None, None] * shift
         else:
-            shifted = _fwd(raw[:, 1:, :], self.log_offset, self.additive) + shift
-        out = _inv(shifted, self.log_offset, self.additive)
+            shifted = _fwd(self._centres(raw), self.log_offset, self.additive, self.root) + shift
+        out = _inv(shifted, self.log_offset, self.additive, self.root)
         return np.where(np.isfinite(raw[:, 1:, :]) & np.isfinite(raw[:, :1, :]), out, np.nan)
+
+    def _centres(self, raw: np.ndarray) -> np.ndarray:
+        """What each quantile's shift is added to, from ``raw`` (n, 1 + k, h), median first: the
+        median for every quantile when centred, else the base model's own quantiles."""
+        return np.repeat(raw[:, :1, :], raw.shape[1] - 1, axis=1) if self.centred else raw[:, 1:, :]
 
     def forecast(self, recent: Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
         qs = check_quantiles(quantiles)
@@ -257,11 +292,13 @@ class CalibratedModel(FittedModel):
         raw_all = walk_forward(self.base, series, steps, h_track, base_qs)
         target = steps[:, None] + np.arange(1, h_track + 1)[None, :]
         actual = np.where(target < len(series), series.values[np.minimum(target, len(series) - 1)], np.nan)
-        actual_t = np.where(np.isfinite(actual), _fwd(actual, self.log_offset, self.additive), np.nan)
-        base_q = raw_all[:, [base_qs.index(q) for q in qs], :]
-        scores = actual_t[:, None, :] - np.where(np.isfinite(base_q), _fwd(base_q, self.log_offset, self.additive),
+        actual_t = np.where(np.isfinite(actual), _fwd(actual, self.log_offset, self.additive, self.root), np.nan)
+        base_q = self._centres(np.concatenate([raw_all[:, [base_qs.index(0.5)]],
+                                               raw_all[:, [base_qs.index(q) for q in qs]]], axis=1))
+        scores = actual_t[:, None, :] - np.where(np.isfinite(base_q), _fwd(base_q, self.log_offset, self.additive, self.root),
                                                  np.nan)
-        vol = (recent_volatility(series.values, idx, self.log_offset, self.volatility_window, self.additive)
+        vol = (recent_volatility(series.values, idx, self.log_offset, self.volatility_window, self.additive,
+                                 self.root)
                if self.tracking_floor > 0 else None)
         shift = self._tracked(scores, idx - lo, qs, vol)
         raw = raw_all[idx - lo, :, :horizon_steps]
@@ -281,6 +318,8 @@ class CalibratedModel(FittedModel):
             "tracking_steps": [list(r) for r in self.tracking_steps],
             "tracking_rate": self.tracking_rate,
             "additive": self.additive,
+            **({"centred": True} if self.centred else {}),
+            **({"root": True} if self.root else {}),
             **({"tracking_floor": self.tracking_floor} if self.tracking_floor else {}),
         }
 
@@ -301,8 +340,10 @@ class CalibratedModel(FittedModel):
             tracking_rate = float(params.get("tracking_rate", 0.0))
             tracking_floor = float(params.get("tracking_floor", 0.0))
             additive = params.get("additive", False)
-            if not isinstance(additive, bool):
-                raise TypeError("additive must be true or false")
+            centred = params.get("centred", False)
+            root = params.get("root", False)
+            if not all(isinstance(v, bool) for v in (additive, centred, root)):
+                raise TypeError("additive, centred and root must be true or false")
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"calibrated model parameters are incomplete or malformed ({exc!r}); retrain") from exc
         if base_kind == cls.kind:
@@ -319,7 +360,7 @@ class CalibratedModel(FittedModel):
                    offsets=offsets, log_offset=log_offset, volatility_floor=floor,
                    volatility_window=vol_window, tracking_window=tracking_window,
                    tracking_steps=tracking_steps, tracking_rate=tracking_rate, additive=additive,
-                   tracking_floor=tracking_floor)
+                   tracking_floor=tracking_floor, centred=centred, root=root)
 
 
 def track_shifts(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: np.ndarray,
@@ -453,7 +494,7 @@ def _track_few(scores: np.ndarray, first: np.ndarray, static: np.ndarray, eta: n
 
 def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: np.ndarray, q: float,
                          log_offset: float, window: int, rates: Sequence[float], additive: bool = False,
-                         spacing: int = 1) -> float:
+                         spacing: int = 1, root: bool = False) -> float:
     """The rate whose tracked q-quantile has the least pinball loss, two-fold on the calibration
     scores (static shifts and steps from one half, tracked forecasts scored on the other's every
     ``spacing``-th origin, and back). ``scores``, ``base_log`` and ``actual_log`` are (n, h) over
@@ -467,12 +508,12 @@ def choose_tracking_rate(scores: np.ndarray, base_log: np.ndarray, actual_log: n
     for fit, test in ((idx[:half], idx[half::spacing]), (idx[half:], idx[:half:spacing])):
         static = np.array([[conformal_quantile(scores[fit, h], q) for h in range(h_max)]])
         iqr = np.maximum(interquartile_ranges(scores[fit]), 0.0)[None, :]
-        actual = _inv(actual_log[test], log_offset, additive)
+        actual = _inv(actual_log[test], log_offset, additive, root)
         ok = np.isfinite(actual_log[test]) & np.isfinite(base_log[test])
         for i, rate in enumerate(rates):
             theta = (track_shifts(scores[:, None, :], test, static, rate * iqr, np.array([q]), window)[:, 0, :]
                      if rate > 0 else np.repeat(static, test.size, axis=0))
-            upper = _inv(base_log[test] + theta, log_offset, additive)
+            upper = _inv(base_log[test] + theta, log_offset, additive, root)
             diff = np.where(ok, actual - upper, 0.0)
             loss[i] += float(np.sum(np.maximum(q * diff, (q - 1.0) * diff)))
     return float(rates[int(np.argmin(loss))])
@@ -543,7 +584,7 @@ def recency_weights(origins: np.ndarray, step_seconds: int, half_life_seconds: f
 
 
 #: Base forecasts kept for the next calibration of the same model on the same data: a training run
-#: calibrates each candidate twice on the same window (shifts on the log scale and in demand units),
+#: calibrates each candidate twice on the same window (log-scale and additive shifts),
 #: and each cross-fitting half twice too; the forecasts are the same numbers, computed once.
 _BASE_FORECASTS: SharedResults[tuple[FittedModel, np.ndarray]] = SharedResults(4)
 
@@ -599,12 +640,17 @@ def calibrate(
         target = origins + h
         inside = target < len(series)
         actual[inside, h - 1] = series.values[target[inside]]
-    # "log" names the shifts' scale: log(x + c), or demand units when additive.
-    actual_log = _fwd(actual, log_offset, additive and not adaptive)
+    shape = ADDITIVE_SHAPE if additive and not adaptive else None
+    centred, root = shape in ("root", "demand"), shape == "root"
+    # "log" names the shifts' scale: log(x + c), or demand units (or their root) when additive.
+    actual_log = _fwd(actual, log_offset, additive and not adaptive, root)
     actual_log[~np.isfinite(actual)] = np.nan
 
     def log_of(fc: np.ndarray) -> np.ndarray:
-        return np.where(np.isfinite(fc), _fwd(fc, log_offset, additive and not adaptive), np.nan)
+        return np.where(np.isfinite(fc), _fwd(fc, log_offset, additive and not adaptive, root), np.nan)
+
+    def centre(q: float) -> np.ndarray:
+        return forecasts[:, base_qs.index(0.5 if centred else q), :]
 
     floor = 0.0
     if adaptive:
@@ -620,10 +666,10 @@ def calibrate(
         rate = DEFAULT_TRACKING_RATE if DEFAULT_TRACKING_RATE in tracking_rates else float(max(tracking_rates))
     else:
         q_star = min(qs, key=lambda v: abs(v - 0.95))
-        base_log = log_of(forecasts[:, base_qs.index(q_star), :])
+        base_log = log_of(centre(q_star))
         rate = choose_tracking_rate(actual_log - base_log, base_log, actual_log, q_star, log_offset,
                                     window, tuple(tracking_rates), additive,
-                                    spacing=max(1, RATE_CHOICE_SPACING_SECONDS // series.step_seconds))
+                                    spacing=max(1, RATE_CHOICE_SPACING_SECONDS // series.step_seconds), root=root)
     weights = (recency_weights(origins, series.step_seconds, half_life_seconds)
                if half_life_seconds else None)
     offsets = []
@@ -634,7 +680,7 @@ def calibrate(
             scale = np.where(np.isfinite(vol), np.maximum(vol, floor), NO_DATA_SCALE * floor)
             scores = (actual_log - log_of(forecasts[:, base_qs.index(0.5), :])) / scale[:, None]
         else:
-            scores = actual_log - log_of(forecasts[:, base_qs.index(q), :])
+            scores = actual_log - log_of(centre(q))
         offsets.append(tuple(conformal_quantile(scores[:, h], q) if weights is None
                              else weighted_conformal_quantile(scores[:, h], q, weights) for h in range(h_max)))
         iqr = interquartile_ranges(scores).tolist()
@@ -643,5 +689,6 @@ def calibrate(
     return CalibratedModel(base=base, quantiles=qs, offsets=tuple(offsets), log_offset=log_offset,
                            volatility_floor=floor, tracking_window=window if track else 0,
                            tracking_steps=tuple(steps) if track else (), tracking_rate=rate if track else 0.0,
-                           additive=additive and floor == 0,
+                           additive=additive and floor == 0, centred=centred and floor == 0,
+                           root=root and floor == 0,
                            tracking_floor=TRACKING_FLOOR_SHARE if track else 0.0)

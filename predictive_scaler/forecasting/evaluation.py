@@ -100,7 +100,8 @@ class EvaluationSettings:
     tracked_calibration: bool = True
     #: ... at this tracker rate (None: :func:`calibration.calibrate` chooses it).
     tracking_rate: float | None = None
-    #: Calibration shifts in demand units instead of on the log scale.
+    #: Additive calibration (:data:`~predictive_scaler.forecasting.calibration.ADDITIVE_SHAPE`)
+    #: instead of log-scale shifts.
     additive_calibration: bool = False
     #: How the served model is chosen (:class:`defaults.Variant`'s ``selection``) and the robust
     #: candidate it falls back to.

@@ -267,7 +267,7 @@ def describe_calibration(model: Any) -> str:
         own = "no shift of its own" if model.shift is None else f"its own {model.shift.scale} shift"
         return f"members calibrated, {own}" + (", online weights" if model.online is not None else "")
     if isinstance(model, CalibratedModel):
-        how = "additive shifts" if model.additive else "log-scale shifts"
+        how = ("square-root shifts" if model.root else "additive shifts") if model.additive else "log-scale shifts"
         return how + (f", tracked at {model.tracking_rate:g}" if model.tracking_window > 0 else ", static")
     return "uncalibrated"
 

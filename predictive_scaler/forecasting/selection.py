@@ -232,7 +232,8 @@ def train_candidates(
     On short history (:func:`short_history`) the choice is walk-forward instead (see
     :data:`SHORT_CALIBRATION`); ``every=False`` then fits only the winner.
 
-    Shifts are calibrated on the log scale and in demand units, and the better one kept; a kind in
+    Shifts are calibrated on the log scale and additively (:data:`calibration.ADDITIVE_SHAPE`),
+    and the better one kept; a kind in
     ``scales`` is calibrated on that scale only (the retraining job's ledger: the scale it kept
     week after week).
     """
@@ -255,7 +256,7 @@ def train_candidates(
             horizons, rows[kind] = crossfit_scores(model.base, grid, cal, cfg, model.tracking_rate,
                                                    additive=additive)
             if not cfg.adaptive_calibration and fixed is None:
-                # Shifts in demand units instead of on the log scale, when that scores better.
+                # Additive shifts instead of log-scale ones, when that scores better.
                 other = calibrated(model.base, grid, cfg, horizon, additive=True)
                 got = crossfit_scores(model.base, grid, cal, cfg, other.tracking_rate, additive=True)
                 log_loss, additive_loss = _mean_pinball(horizons), _mean_pinball(got[0])
@@ -288,7 +289,8 @@ def train_candidates(
                              scale_margins=margins)
 
 
-#: The scales conformal shifts are calibrated on: log(x + c), or demand units.
+#: The scales conformal shifts are calibrated on: log(x + c), or additive
+#: (:data:`calibration.ADDITIVE_SHAPE`; a ledger's "additive" from before that shape means the same choice).
 LOG_SCALE, ADDITIVE_SCALE = "log", "additive"
 SCALES: tuple[str, ...] = (LOG_SCALE, ADDITIVE_SCALE)
 
@@ -476,7 +478,7 @@ def planned_training_fits(series: Series, kinds: Sequence[str], cfg: EvaluationS
 
 def _short_calibration(grid: Series, kind: str, walk: EvaluationSettings, static: ModelEvaluation,
                        options: Mapping[str, Mapping[str, Any]] | None) -> tuple[float, bool]:
-    """The short-history winner's calibration: coverage-tracking rate and additive (demand-unit)
+    """The short-history winner's calibration: coverage-tracking rate and additive
     or log-scale shifts. Each choice is made on the same daily walk-forward blocks (each
     calibrated on its own window, then scored, tracked, over the day it forecasts) the winner
     was chosen on: additive shifts if they lower the blocks' pinball with static calibration,

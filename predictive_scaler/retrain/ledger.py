@@ -18,7 +18,7 @@ The rules are fixed in advance, not tuned:
   model's name, so the fleet's rechecks spread over the weeks instead of landing on one), and
   stays in from then on if it no longer loses. :data:`PROTECTED` candidates are never skipped.
 * **Settled scales.** A candidate whose conformal shifts were kept on the same scale (log or
-  demand units), by a margin of :data:`SCALE_MARGIN` or more, in each of the last :data:`LOSER_WEEKS`
+  additive), by a margin of :data:`SCALE_MARGIN` or more, in each of the last :data:`LOSER_WEEKS`
   weeks both were tried is calibrated on that scale only, both again on the recheck week.
 * **Warm starts.** Holt-Winters' ETS fits (daily and weekly season, as a candidate and as ensemble
   members) start from the parameters the scaler's last training fitted; the optimiser then stops

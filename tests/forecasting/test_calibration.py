@@ -267,3 +267,91 @@ def test_a_tracked_model_with_no_observation_in_its_window_gives_no_forecast_not
     with pytest.raises(ModelError, match="too few observations"):
         model.forecast(blind, 6, (0.5, 0.95))
     assert np.all(model.forecast(series.slice(0, 9 * DAY), 6, (0.5, 0.95)).values > 0)
+
+
+
+def _additive_noise_series():
+    """A daily cycle from 20 to 380 with noise of the same size at every level: the shape of
+    count-like traffic's errors, which a log-scale spread (proportional to the level) is not."""
+    from predictive_scaler.series import Series
+
+    rng = np.random.default_rng(11)
+    n = 10 * DAY
+    level = 200 + 180 * np.sin(2 * np.pi * np.arange(n) / DAY)
+    return Series(values=np.maximum(level + rng.normal(0, 15, n), 0.0), start=make_daily(days=1).start,
+                  step_seconds=300)
+
+
+@pytest.mark.parametrize("shape", ["root", "demand"])
+def test_additive_shifts_centred_on_the_median_do_not_scale_the_band_with_the_level(monkeypatch, shape):
+    from predictive_scaler.forecasting import calibration
+
+    monkeypatch.setattr(calibration, "ADDITIVE_SHAPE", shape)
+    series = _additive_noise_series()
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, additive=True,
+                      tracking_rate=0.0)
+    assert model.additive and model.centred and model.root == (shape == "root")
+    idx = np.arange(8 * DAY, len(series) - 6)
+    fc = walk_forward(model, series, idx, 6, (0.5, 0.95))
+    width = fc[:, 1, 0] - fc[:, 0, 0]
+    low, high = series.values[idx] < 100, series.values[idx] > 300
+    if shape == "demand":  # median + one shift per step: the same width at 20 and at 380 requests
+        np.testing.assert_allclose(width, width[0], rtol=1e-9)
+    else:  # (√median + shift)²: wider by less than the level's ratio
+        assert 1.0 < np.median(width[high]) / np.median(width[low]) < 0.5 * np.median(
+            series.values[idx][high]) / np.median(series.values[idx][low])
+    monkeypatch.setattr(calibration, "ADDITIVE_SHAPE", "quantile")
+    old = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, additive=True,
+                    tracking_rate=0.0)
+    assert not (old.centred or old.root)
+    old_fc = walk_forward(old, series, idx, 6, (0.5, 0.95))
+    old_width = old_fc[:, 1, 0] - old_fc[:, 0, 0]
+    assert np.median(old_width[high]) > 2 * np.median(old_width[low])  # it scaled with the level
+    actual = series.values[idx + 1]
+    assert pinball(actual, fc[:, 1, 0], 0.95) < pinball(actual, old_fc[:, 1, 0], 0.95)
+
+
+def test_a_tracked_root_model_serves_what_its_batch_path_gives():
+    series = _additive_noise_series()
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    model = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, additive=True,
+                      tracking_rate=0.15)
+    assert model.tracking and model.root
+    t = 9 * DAY
+    recent = series.slice(t + 1 - model.window_steps, t + 1)
+    one = model.forecast(recent, 6, (0.5, 0.95)).values
+    many = walk_forward(model, series, np.array([t]), 6, (0.5, 0.95))[0]
+    np.testing.assert_allclose(one, many)
+    rebuilt = registry.model_from_params("calibrated", json.loads(json.dumps(model.to_params())))
+    np.testing.assert_array_equal(rebuilt.forecast(recent, 6, (0.5, 0.95)).values, one)
+
+
+def test_an_additive_artifact_written_before_centring_still_shifts_the_base_quantile():
+    series = _additive_noise_series()
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    params = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, additive=True,
+                       tracking_rate=0.0).to_params()
+    assert params.pop("centred") is True and params.pop("root") is True
+    old = registry.model_from_params("calibrated", params)
+    assert old.additive and not old.centred and not old.root
+    recent = series.slice(0, 9 * DAY)
+    raw = base.forecast(recent, 6, (0.5, 0.95)).values
+    got = old.forecast(recent, 6, (0.5, 0.95)).values
+    np.testing.assert_allclose(got[1], np.maximum(raw[1] + np.asarray(old.offsets[old.quantiles.index(0.95)]), 0))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda p: p.update(centred="yes"),
+    lambda p: p.update(root=1),
+    lambda p: p.update(additive=False),
+    lambda p: p.pop("centred"),
+], ids=["centred-not-bool", "root-not-bool", "root-on-log-scale", "root-not-centred"])
+def test_a_centred_or_root_shape_without_its_additive_calibration_is_refused(mutate):
+    series = _additive_noise_series()
+    base = registry.forecaster("persistence").fit(series.slice(0, 4 * DAY))
+    params = calibrate(base, series.slice(0, 8 * DAY), 4 * DAY - 1, horizon_steps=6, additive=True,
+                       tracking_rate=0.0).to_params()
+    mutate(params)
+    with pytest.raises(ModelError, match="centred|root"):
+        registry.model_from_params("calibrated", params)

@@ -75,15 +75,16 @@ def test_the_report_carries_the_intervals_and_their_level() -> None:
                    "coverage": None}
 
 
-def _calibrated(additive: bool, tracking: int, rate: float) -> CalibratedModel:
+def _calibrated(additive: bool, tracking: int, rate: float, root: bool = False) -> CalibratedModel:
     base = PersistenceModel(step_seconds=300, log_offset=1.0, spread=((0.0, 0.1),))
     return CalibratedModel(base=base, quantiles=(0.5, 0.95), offsets=((0.0,), (0.1,)), log_offset=1.0,
                            tracking_window=tracking, tracking_steps=((0.01,), (0.02,)) if tracking else (),
-                           tracking_rate=rate, additive=additive)
+                           tracking_rate=rate, additive=additive, centred=root, root=root)
 
 
 CALIBRATION_CASES = [
     ("additive-tracked", _calibrated(True, 288, 0.15), "additive shifts, tracked at 0.15"),
+    ("root-tracked", _calibrated(True, 288, 0.05, root=True), "square-root shifts, tracked at 0.05"),
     ("log-static", _calibrated(False, 0, 0.0), "log-scale shifts, static"),
     ("combination-own-shift", CombinationModel(members=(_calibrated(False, 0, 0.0), _calibrated(True, 0, 0.0)),
                                                weights=(0.5, 0.5), shift=Shift(0.95, "additive", (0.1,))),
