@@ -23,6 +23,10 @@ The protocol, fixed before any figure was looked at (docs/forecast-protocol.md):
    7 days too, but the ingress series showed that a week of history is where the defaults do
    worst, and these slices are the tuning set a choice for short history would be made on
    (never the ingress series).
+6. Launch: each short run (the 14-day traces and the slices) again with its first
+   :data:`LAUNCH_IDLE` idle (zero), as a service launched late in its first week, run the same way;
+   reported, not chosen on. It is the tuning set for history that is mostly idle (ms_ingress02 is
+   such a series: idle for its first six days).
 
 Each trace runs in a child process of its own (one at a time by default: the machine is
 shared), whose wall seconds, CPU seconds and peak memory (``os.wait4``'s ``ru_maxrss``, the
@@ -65,6 +69,9 @@ FINAL_DAYS = 21
 SLICE_DAYS = 11
 SLICES_PER_TRACE = 3
 SLICE_MARK = "@day"
+#: Launch runs: ``<short run>@launch`` is the run with its first LAUNCH_IDLE set to zero.
+LAUNCH_MARK = "@launch"
+LAUNCH_IDLE = timedelta(days=6, hours=8)
 #: The traces the cost of `evaluate --peers` is measured on (55 days or more at 5 minutes, and taxi).
 COST_TRACES: tuple[str, ...] = ("nasa_http_1995", "nab_twitter_aapl", "nab_nyc_taxi")
 COST_WALL_BUDGET_S = 600.0
@@ -181,9 +188,15 @@ def leave_one_out(table: Mapping[str, Mapping[str, float | None]]) -> dict[str, 
 # -- running ----------------------------------------------------------------------------------------
 
 def load_named(traces: Path, name: str) -> Any:
-    """A bundled trace, or a slice of one: ``<trace>@day<N>`` is :data:`SLICE_DAYS` days from day N."""
+    """A bundled trace, or a slice of one: ``<trace>@day<N>`` is :data:`SLICE_DAYS` days from day N;
+    ``<either>@launch`` is it with its first :data:`LAUNCH_IDLE` idle (zero)."""
     from predictive_scaler.series import load_trace
 
+    if name.endswith(LAUNCH_MARK):
+        series = load_named(traces, name.removesuffix(LAUNCH_MARK))
+        values = np.array(series.values, dtype=float)
+        values[: int(LAUNCH_IDLE.total_seconds() // series.step_seconds)] = 0.0
+        return dataclasses.replace(series, values=values, name=name)
     base, _, day = name.partition(SLICE_MARK)
     series = load_trace(traces / f"{base}.csv", min_history=None)
     if not day:
@@ -205,6 +218,12 @@ def slice_names(traces: Path, names: Sequence[str]) -> list[str]:
         starts = sorted({int(x) for x in np.linspace(0, last_start, SLICES_PER_TRACE)})
         out += [f"{name}{SLICE_MARK}{d}" for d in starts]
     return out
+
+
+def launch_names(traces: Path, names: Sequence[str], slices: Sequence[str]) -> list[str]:
+    """The launch runs: every trace of :data:`LONG_TRACE_DAYS` days or fewer, and every slice."""
+    short = [n for n in names if load_named(traces, n).span.total_seconds() / 86400 <= LONG_TRACE_DAYS]
+    return [f"{n}{LAUNCH_MARK}" for n in (*short, *slices)]
 
 
 def run_one(traces: Path, name: str, out: Path, validation: bool, peers: tuple[str, ...]) -> None:
@@ -422,10 +441,35 @@ def short_history_lines(docs: Mapping[str, Any], slices: Sequence[str]) -> list[
     return [*lines, ""]
 
 
+def validation_lines(docs: Mapping[str, Any], validation: Sequence[str], chosen: str) -> list[str]:
+    """The ingress series: the chosen variant's figures on each."""
+    if not validation:
+        return []
+    return ["## Validation: the ingress series (no choice reads them)", "",
+            f"The default (`{chosen}`), 7 days of history then the rest scored (`--min-history 7d`).", "",
+            *summary_lines("Ingress", [(t, chosen, figures(docs[t], f"variant:{chosen}", (None, None)))
+                                       for t in validation])]
+
+
+def launch_lines(docs: Mapping[str, Any], launches: Sequence[str]) -> list[str]:
+    """The launch runs: the default's figures on each."""
+    if not launches:
+        return []
+    idle = LAUNCH_IDLE.total_seconds() / 3600
+    return ["## Launch: the short runs with their first days idle (reported, not chosen on)", "",
+            f"Each short run (the 14-day traces and the slices) with its first {idle:g} hours set to zero "
+            f"(`<run>{LAUNCH_MARK}`), as a service launched late in its first week, run as the ingress series "
+            "are. The tuning set for history that is mostly idle (ms_ingress02 is idle for its first six days).",
+            "", *summary_lines(f"Launch: the default (`{DEFAULT_VARIANT_NAME}`)",
+                               [(t, DEFAULT_VARIANT_NAME, figures(docs[t], f"variant:{DEFAULT_VARIANT_NAME}",
+                                                                  (None, None))) for t in launches])]
+
+
 def render(args: argparse.Namespace, keep: Path, bundled: Sequence[str], validation: Sequence[str],
-           slices: Sequence[str] = ()) -> list[str]:
-    docs = {n: json.loads((keep / f"{n}.json").read_text()) for n in (*bundled, *validation, *slices)
-            if (keep / f"{n}.json").exists()}
+           slices: Sequence[str] = (), launches: Sequence[str] = ()) -> list[str]:
+    runs = (*bundled, *validation, *slices, *launches)
+    docs = {n: json.loads((keep / f"{n}.json").read_text()) for n in runs if (keep / f"{n}.json").exists()}
+    launches = [n for n in launches if n in docs]
     bundled = [n for n in bundled if n in docs]
     validation = [n for n in validation if n in docs]
     slices = [n for n in slices if n in docs]
@@ -460,12 +504,8 @@ def render(args: argparse.Namespace, keep: Path, bundled: Sequence[str], validat
                   f"The default (`{chosen}`) on the last {FINAL_DAYS} days of each trace longer than "
                   f"{LONG_TRACE_DAYS} days.", ""]
         lines += summary_lines("Final weeks", finals)
-    if validation:
-        lines += ["## Validation: the ingress series (no choice reads them)", "",
-                  f"The default (`{chosen}`), 7 days of history then the rest scored (`--min-history 7d`).", ""]
-        lines += summary_lines("Ingress", [(t, chosen, figures(docs[t], f"variant:{chosen}", (None, None)))
-                                           for t in validation])
-    lines += [*short_history_lines(docs, slices), *WORTH_LINES]
+    lines += validation_lines(docs, validation, chosen)
+    lines += [*short_history_lines(docs, slices), *launch_lines(docs, launches), *WORTH_LINES]
     lines += ["## Every variant on every trace (ratio; tuning parts of the bundled traces, all of the ingress "
               "ones — shown, never used to choose)", "",
               "| variant | " + " | ".join(bundled) + " | geometric mean (bundled) | "
@@ -553,15 +593,18 @@ def main(argv: list[str] | None = None) -> int:
     bundled = [n for n in LONG_TRACES if not only or n in only]
     validation = [n for n in VALIDATION_TRACES if not only or n in only]
     slices = slice_names(Path(args.traces), LONG_TRACES)
+    launches = launch_names(Path(args.traces), LONG_TRACES, slices)
     if not args.render_only:
         run_traces(args, bundled, False, keep)
         run_traces(args, validation, True, keep)
         run_traces(args, [n for n in slices if not only or n in only or n.partition(SLICE_MARK)[0] in only],
                    True, keep)
+        run_traces(args, [n for n in launches if not only or n in only
+                          or n.removesuffix(LAUNCH_MARK).partition(SLICE_MARK)[0] in only], True, keep)
         run_fit_cost(args, keep)
         if args.cost:
             run_cost(args, keep)
-    write_markdown(args.out, render(args, keep, list(LONG_TRACES), list(VALIDATION_TRACES), slices))
+    write_markdown(args.out, render(args, keep, list(LONG_TRACES), list(VALIDATION_TRACES), slices, launches))
     return 0
 
 

@@ -36,6 +36,7 @@ import pandas as pd
 from predictive_scaler.core.values import Forecast
 from predictive_scaler.errors import ModelError
 from predictive_scaler.forecasting.base import FittedModel, check_quantiles
+from predictive_scaler.forecasting.walkforward import refuse_constant
 from predictive_scaler.series import Series
 
 #: Probabilities at which the per-step error distribution is stored; other quantiles interpolate.
@@ -122,6 +123,7 @@ class ProphetForecaster:
                 f"prophet: {history.name!r} has {int(finite.sum())} observed steps; it needs at least "
                 "two days of observations (14 days recommended) — give a longer trace"
             )
+        refuse_constant(history, "prophet")
         _quiet_stan_logging()
         try:
             from prophet import Prophet

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import numpy as np
 
 from predictive_scaler.core.values import Forecast
-from predictive_scaler.errors import ModelError
+from predictive_scaler.errors import InsufficientHistoryError, ModelError
 from predictive_scaler.forecasting.base import FittedModel, check_quantiles
 from predictive_scaler.series import Series
 
@@ -215,12 +215,27 @@ def history_key(history: Series) -> tuple[Any, ...]:
     return (history.start.value, history.step_seconds, len(history), str(history.value_kind), digest)
 
 
+def refuse_constant(history: Series, kind: str) -> None:
+    """A fit window whose every observation is the same value (a service idle until a launch, a
+    stuck metric) holds no level, season or dynamics to learn: a model fitted there forecasts that
+    value — zero, a week after the launch — where persistence would follow the traffic at once (a
+    week's training with six idle days served a P95 near zero for the whole next week). Raised
+    as a refusal, so the candidate is left out and the others serve."""
+    values = np.asarray(history.values, dtype=float)
+    seen = values[np.isfinite(values)]
+    if seen.size and seen.min() == seen.max():
+        raise InsufficientHistoryError(
+            f"{history.name}: {kind} has nothing to fit — every observation of its {seen.size}-step fit "
+            f"window is {seen[0]:g} (idle or stuck); it can be fitted once the series has moved")
+
+
 def memoized_fit(forecaster: object, history: Series, fit: Callable[[Series], M]) -> M:
     """``fit(history)``, or the model an identical forecaster (same class and settings, by its
     ``repr``) fitted on the same history before: a training run fits each candidate once, and the
     ensemble's members refitted on the candidates' window are those same fits. Fits are
     deterministic and the models frozen, so sharing one changes nothing but the time; failures
-    are not kept."""
+    are not kept. A constant window is refused (:func:`refuse_constant`)."""
+    refuse_constant(history, str(getattr(forecaster, "kind", type(forecaster).__name__)))
     key = (type(forecaster).__qualname__, repr(forecaster), history_key(history))
     return _FITS.get(key, lambda: fit(history))  # type: ignore[no-any-return]
 

@@ -10,11 +10,14 @@ import pytest
 
 from benchmarks.forecast_heldout import (
     FINAL_DAYS,
+    LAUNCH_IDLE,
+    LAUNCH_MARK,
     SLICE_DAYS,
     SLICE_MARK,
     SLICES_PER_TRACE,
     choose,
     figures,
+    launch_names,
     leave_one_out,
     load_named,
     paired_ratio,
@@ -104,3 +107,19 @@ def test_short_history_slices_lie_in_the_tuning_part_of_the_long_traces_only(tmp
     assert piece.name == names[-1]
     assert piece.span.days == SLICE_DAYS
     assert (piece.start - load_named(tmp_path, "long").start).days == starts[-1]
+
+
+def test_launch_runs_are_the_short_runs_idle_for_their_first_days(tmp_path):
+    _write_trace(tmp_path / "long.csv", 60)
+    _write_trace(tmp_path / "short.csv", 14)
+    slices = slice_names(tmp_path, ["long", "short"])
+    names = launch_names(tmp_path, ["long", "short"], slices)
+    assert names == [f"short{LAUNCH_MARK}", *(f"{n}{LAUNCH_MARK}" for n in slices)]  # never a long trace
+    for name in (names[0], names[-1]):
+        run = load_named(tmp_path, name)
+        plain = load_named(tmp_path, name.removesuffix(LAUNCH_MARK))
+        idle = int(LAUNCH_IDLE.total_seconds() // run.step_seconds)
+        assert run.name == name and run.start == plain.start and len(run) == len(plain)
+        assert np.all(run.values[:idle] == 0)
+        np.testing.assert_array_equal(run.values[idle:], plain.values[idle:])
+        assert plain.values[:idle].min() > 0  # the written traces are never zero: the idle days are ours
