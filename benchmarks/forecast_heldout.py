@@ -220,10 +220,11 @@ def slice_names(traces: Path, names: Sequence[str]) -> list[str]:
     return out
 
 
-def launch_names(traces: Path, names: Sequence[str], slices: Sequence[str]) -> list[str]:
-    """The launch runs: every trace of :data:`LONG_TRACE_DAYS` days or fewer, and every slice."""
-    short = [n for n in names if load_named(traces, n).span.total_seconds() / 86400 <= LONG_TRACE_DAYS]
-    return [f"{n}{LAUNCH_MARK}" for n in (*short, *slices)]
+def launch_names(names: Sequence[str], slices: Sequence[str]) -> list[str]:
+    """The launch runs: every trace of :data:`LONG_TRACE_DAYS` days or fewer (those :func:`slice_names`
+    gave no slice) and every slice."""
+    sliced = {n.partition(SLICE_MARK)[0] for n in slices}
+    return [f"{n}{LAUNCH_MARK}" for n in (*(n for n in names if n not in sliced), *slices)]
 
 
 def run_one(traces: Path, name: str, out: Path, validation: bool, peers: tuple[str, ...]) -> None:
@@ -598,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     bundled = [n for n in LONG_TRACES if not only or n in only]
     validation = [n for n in VALIDATION_TRACES if not only or n in only]
     slices = slice_names(Path(args.traces), LONG_TRACES)
-    launches = launch_names(Path(args.traces), LONG_TRACES, slices)
+    launches = launch_names(LONG_TRACES, slices)
     if not args.render_only:
         run_traces(args, bundled, False, keep)
         run_traces(args, validation, True, keep)

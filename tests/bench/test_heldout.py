@@ -113,7 +113,7 @@ def test_launch_runs_are_the_short_runs_idle_for_their_first_days(tmp_path):
     _write_trace(tmp_path / "long.csv", 60)
     _write_trace(tmp_path / "short.csv", 14)
     slices = slice_names(tmp_path, ["long", "short"])
-    names = launch_names(tmp_path, ["long", "short"], slices)
+    names = launch_names(["long", "short"], slices)
     assert names == [f"short{LAUNCH_MARK}", *(f"{n}{LAUNCH_MARK}" for n in slices)]  # never a long trace
     for name in (names[0], names[-1]):
         run = load_named(tmp_path, name)
