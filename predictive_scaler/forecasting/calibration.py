@@ -603,6 +603,22 @@ def _base_forecasts(base: FittedModel, series: Series, first_origin: int, stride
     return _BASE_FORECASTS.get(key, compute, valid=lambda hit: hit[0] is base)[1]
 
 
+def live_origins(origins: np.ndarray, live_from: int, horizon_steps: int) -> np.ndarray:
+    """Which ``origins`` (ascending) a calibration scores: those at or after ``live_from``, the
+    history's first step after its leading idle stretch. A service idle until its launch scores
+    zero error on every idle origin (the idle value forecast, the idle value seen); counted, they
+    shrink every shift towards nothing (a week with six idle days served a P95 that covered 0.84-0.90
+    after the launch). When fewer than :data:`MIN_SCORES` (and a horizon's worth) live origins
+    remain, every origin is scored: the few live ones cannot make a quantile, and the latest
+    :data:`MIN_SCORES` alone would hold the launch's own jump from idle at a tenth of the scores
+    and serve it as the P95's shift (a P95 of several times the traffic, days after a launch 45
+    minutes before the training)."""
+    live = origins >= live_from
+    if live.all() or int(live.sum()) >= MIN_SCORES + horizon_steps:
+        return live
+    return np.ones(origins.size, dtype=bool)
+
+
 def calibrate(
     base: FittedModel,
     series: Series,
@@ -616,6 +632,7 @@ def calibrate(
     additive: bool = False,
     tracking_rates: Sequence[float] = TRACKING_RATES,
     half_life_seconds: float | None = None,
+    live_from: int = 0,
 ) -> CalibratedModel:
     """Calibrate ``base`` on the forecasts it makes from ``first_origin`` to the end of ``series``.
 
@@ -627,13 +644,18 @@ def calibrate(
     interval widens in bursty hours and narrows in calm ones. ``tracking_rates`` are the tracker
     rates the choice is made among (when ``tracking_rate`` is None). ``half_life_seconds`` weights
     the calibration scores by recency (:func:`weighted_conformal_quantile`): a level or volatility
-    change inside the window counts more than what came before it.
+    change inside the window counts more than what came before it. ``live_from`` is the index in
+    ``series`` of the history's first step after its leading idle stretch
+    (:func:`~predictive_scaler.forecasting.walkforward.leading_idle_steps`): origins before it are
+    not scored while :data:`MIN_SCORES` later ones remain (:func:`live_origins`).
     """
     qs = check_quantiles(quantiles)
     h_max = horizon_steps or max_horizon_steps(series.step_seconds)
     origins = check_origins(series, np.arange(first_origin, len(series) - 1, max(1, stride)))
     base_qs = _with_median(qs)
     forecasts = _base_forecasts(base, series, first_origin, max(1, stride), origins, h_max, base_qs)  # (n, k, h)
+    keep = live_origins(origins, live_from, h_max)
+    origins, forecasts = origins[keep], forecasts[keep]
     log_offset = float(getattr(base, "log_offset", 0.0)) or choose_log_offset(series.values[: first_origin + 1])
     actual = np.full((origins.size, h_max), np.nan)
     for h in range(1, h_max + 1):

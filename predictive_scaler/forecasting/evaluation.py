@@ -26,6 +26,7 @@ from predictive_scaler.forecasting.metrics import METRIC_NAMES, all_metrics, nai
 from predictive_scaler.forecasting.walkforward import (
     DEFAULT_WINDOW_STEPS,
     MAX_HORIZON_SECONDS,
+    leading_idle_steps,
     walk_forward,
 )
 from predictive_scaler.series import DEFAULT_MIN_HISTORY, Series, days_text, format_duration
@@ -287,7 +288,8 @@ def evaluate_model(  # noqa: PLR0915
                               adaptive=cfg.adaptive_calibration,
                               tracking_rate=cfg.tracking_rate if cfg.tracked_calibration else 0.0,
                               additive=cfg.additive_calibration, tracking_rates=cfg.tracking_rates,
-                              half_life_seconds=cfg.half_life_seconds)
+                              half_life_seconds=cfg.half_life_seconds,
+                              live_from=leading_idle_steps(series.values) - lo)
             # A tracked model replays its recent forecasts: give it its whole window.
             lo = max(0, block.start - 1 - int(getattr(model, "window_steps", window)))
             origins = np.arange(block.start - 1, block.end - 1, stride)

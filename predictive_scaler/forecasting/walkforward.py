@@ -229,6 +229,18 @@ def refuse_constant(history: Series, kind: str) -> None:
             f"window is {seen[0]:g} (idle or stuck); it can be fitted once the series has moved")
 
 
+def leading_idle_steps(values: np.ndarray) -> int:
+    """How many steps the series holds its first observed value before it first moves (missing
+    steps inside that stretch count with it); the whole length when it never moves. A service
+    idle until its launch has this many steps of history that say nothing of its traffic."""
+    v = np.asarray(values, dtype=float)
+    seen = np.flatnonzero(np.isfinite(v))
+    if seen.size == 0:
+        return int(v.size)
+    moved = seen[v[seen] != v[seen[0]]]
+    return int(moved[0]) if moved.size else int(v.size)
+
+
 def memoized_fit(forecaster: object, history: Series, fit: Callable[[Series], M]) -> M:
     """``fit(history)``, or the model an identical forecaster (same class and settings, by its
     ``repr``) fitted on the same history before: a training run fits each candidate once, and the
