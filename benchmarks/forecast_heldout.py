@@ -422,7 +422,12 @@ WORTH_LINES: tuple[str, ...] = ("## What these figures are worth", "",
     "tuning parts and the short-history slices; the ingress figures of two of them were seen after that "
     "choice (docs/results.md).",
     "- A fit window of one value is refused (`walkforward.refuse_constant`) since a launch run showed arima "
-    "fitted on idle days; the launch runs are its tuning set and were seen before and after it.", "")
+    "fitted on idle days; the launch runs are its tuning set and were seen before and after it.",
+    "- The launch calibration (`selection.LAUNCH_CALIBRATION`, with `calibration.live_origins`) was chosen "
+    "on the launch runs. Its fallback when fewer than `MIN_SCORES` steps are live (score every origin, "
+    "as before, rather than only the latest) was set after a scratch run of ms_ingress02_rate, the one "
+    "series that case covers, served a P95 of several times its traffic: that series' figure is a "
+    "check, not a blind validation.", "")
 
 
 def short_history_lines(docs: Mapping[str, Any], slices: Sequence[str]) -> list[str]:

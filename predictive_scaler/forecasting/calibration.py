@@ -609,10 +609,11 @@ def live_origins(origins: np.ndarray, live_from: int, horizon_steps: int) -> np.
     zero error on every idle origin (the idle value forecast, the idle value seen); counted, they
     shrink every shift towards nothing (a week with six idle days served a P95 that covered 0.84-0.90
     after the launch). When fewer than :data:`MIN_SCORES` (and a horizon's worth) live origins
-    remain, every origin is scored: the few live ones cannot make a quantile, and the latest
-    :data:`MIN_SCORES` alone would hold the launch's own jump from idle at a tenth of the scores
-    and serve it as the P95's shift (a P95 of several times the traffic, days after a launch 45
-    minutes before the training)."""
+    remain, every origin is scored, as before this rule: the few live ones cannot make a quantile,
+    and the latest :data:`MIN_SCORES` alone rest the shift on a handful of errors from the first
+    minutes of traffic, which the tracker cannot unwind while the idle scores' spread is nil (a P95
+    of several times the traffic for days, on a series launched 45 minutes before its training,
+    with or without the launch's own jump among the scores)."""
     live = origins >= live_from
     if live.all() or int(live.sum()) >= MIN_SCORES + horizon_steps:
         return live
