@@ -24,6 +24,7 @@ from predictive_scaler.backtest import peer_policies
 from predictive_scaler.backtest.scenario import Scenario, build_spec
 from predictive_scaler.backtest.simulator import Demand
 from predictive_scaler.errors import ConfigError, InsufficientHistoryError
+from predictive_scaler.forecasting.walkforward import leading_idle_steps
 from predictive_scaler.series import Series, format_duration
 from predictive_scaler.spec import DEFAULT_MODEL_STEP, ScalerSpec
 
@@ -146,6 +147,10 @@ def prepare(trace: Series, scenario: Scenario) -> Setup:
         assert scenario.peak_replicas is not None
         peak = scenario.peak_replicas
         p95 = float(np.nanpercentile(training_values, 95))
+        if not p95 > 0:
+            # A service idle most of the window (launched inside it): sized on its traffic since.
+            live = training_values[min(leading_idle_steps(training_values), training_values.size - 1):]
+            p95 = float(np.nanpercentile(live, 95)) if np.isfinite(live).any() else p95
         if not p95 > 0:
             raise InsufficientHistoryError(
                 f"trace {trace.name!r}: the P95 of the training window is {p95:g}; cannot size replicas from it — "

@@ -115,6 +115,28 @@ def test_too_short_a_trace_is_refused() -> None:
         prepare(daily_trace(5), FAST)
 
 
+def _idle_until(trace: Series, live_steps: int) -> Series:
+    """``trace`` as if its service launched ``live_steps`` steps before the end of a 7-day training window."""
+    values = np.array(trace.values, dtype=float)
+    values[: 7 * 86400 // trace.step_seconds - live_steps] = 0.0
+    return replace(trace, values=values)
+
+
+def test_a_service_launched_late_in_the_training_window_is_sized_on_its_traffic_since() -> None:
+    """The window's P95 is zero (idle most of it): the replicas are sized on the steps after it first moved."""
+    trace = daily_trace(9, step=1800)
+    launched = _idle_until(trace, 12)
+    setup = prepare(launched, replace(FAST, evaluation=None))
+    live = launched.values[7 * 48 - 12: 7 * 48]
+    assert setup.capacity_per_replica == pytest.approx(np.percentile(live, 95) / FAST.peak_replicas)
+
+
+def test_a_training_window_idle_throughout_is_refused() -> None:
+    trace = daily_trace(9, step=1800)
+    with pytest.raises(InsufficientHistoryError, match="P95 of the training window is 0.*capacity_per_replica"):
+        prepare(_idle_until(trace, 0), replace(FAST, evaluation=None))
+
+
 def test_predictive_policy_runs_through_the_reconciler(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[datetime] = []
     real_step = reconcile.Reconciler.step
