@@ -35,6 +35,7 @@ from predictive_scaler.forecasting.base import FittedModel
 from predictive_scaler.forecasting.calibration import (
     CALIBRATED_QUANTILES,
     DEFAULT_TRACKING_RATE,
+    MIN_SCORES,
     TRACKING_RATES,
     CalibratedModel,
     calibrate,
@@ -353,10 +354,15 @@ def _train_short(
     walk = _walk_settings(cfg)
     report = evaluate(grid, kinds, walk, step_seconds=grid.step_seconds, progress=progress, options=options)
     selected = select_on_common_blocks(report.models)
+    reason = ""
     if selected is None:
         rate, additive = 0.0, False
     elif launched_during_calibration(grid, cfg):
         rate, additive = LAUNCH_CALIBRATION
+        since = timedelta(seconds=(len(grid) - leading_idle_steps(grid.values)) * grid.step_seconds)
+        reason = (f"the history held one value until {format_duration(since)} before its end, inside its last "
+                  f"calibration window (a launch): scored from then on where {MIN_SCORES} or more steps are, "
+                  f"additive shifts tracked at {rate:g}, not a choice made on daily blocks fitted on idle days")
     else:
         rate, additive = _short_calibration(grid, selected, walk, report.models[selected], options)
     models: dict[str, FittedModel] = {}
@@ -375,7 +381,7 @@ def _train_short(
                 raise
             if not scores[kind].error:
                 scores[kind] = ModelEvaluation(kind, scores[kind].horizons, None, error=f"{kind}: {exc}")
-    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected)
+    return TrainedCandidates(models=models, scores=scores, fit_seconds=fits, selected=selected, reason=reason)
 
 
 #: Robust selection: the cross-fitted origins are grouped into blocks of this length for the

@@ -91,6 +91,8 @@ def test_a_launch_during_the_last_calibration_window_serves_the_launch_calibrati
     assert isinstance(model, CalibratedModel)
     assert LAUNCH_CALIBRATION == (DEFAULT_TRACKING_RATE, True)
     assert model.additive and model.tracking_rate == DEFAULT_TRACKING_RATE
+    assert "(a launch)" in result.metrics["selection_reason"]
+    assert result.metrics["selection_reason"].startswith("the history held one value until 16h before its end")
 
 
 def test_a_history_that_moved_before_its_calibration_window_is_not_a_launch():
