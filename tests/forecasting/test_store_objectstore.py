@@ -177,3 +177,33 @@ def test_the_controller_reads_its_models_from_the_url(url: str) -> None:
     empty = StoreModelPort(store, "nothing", horizon_seconds=1800, quantile=0.95)
     empty.refresh()
     assert empty.version is None and f"no serving version in {url}" in (empty.problem or "")
+
+
+def test_a_port_taken_before_weed_binds_it_starts_again_on_fresh_ports(tmp_path, monkeypatch):
+    """The fixture chooses free ports, then weed binds them; anything can take one in between (weed's own
+    connections draw from the same ephemeral range). That start is retried, not the session's object
+    store tests failed."""
+    import socket
+
+    from tests.support import seaweedfs as support
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real = support.free_port
+    handed: list[int] = []
+
+    def first_one_taken() -> int:
+        handed.append(port if not handed else real())
+        return handed[-1]
+
+    monkeypatch.setattr(support, "free_port", first_one_taken)
+    try:
+        with support.running_seaweedfs(tmp_path / "weed") as store:
+            client(store).put_object(Bucket=store.bucket, Key="k", Body=b"v")
+            assert store.endpoint != f"http://127.0.0.1:{port}"
+    finally:
+        taken.close()
+    assert "address already in use" in (tmp_path / "weed" / "weed.log").read_text()
+    assert (tmp_path / "weed" / "restart1" / "weed.log").exists()

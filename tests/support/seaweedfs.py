@@ -23,6 +23,13 @@ from tests.support.prometheus import free_port
 
 READY_TIMEOUT_SECONDS = 90.0
 BUCKET = "models"
+#: Starts tried with fresh ports when one was taken between choosing it and weed binding it (weed's
+#: own connections between its parts draw local ports from the same ephemeral range).
+START_ATTEMPTS = 3
+
+
+class PortTaken(Exception):
+    """weed exited because a port chosen for it was bound by something else first."""
 
 
 def weed_binary() -> str:
@@ -51,6 +58,20 @@ class SeaweedFS:
 
 @contextlib.contextmanager
 def running_seaweedfs(data_dir: Path) -> Iterator[SeaweedFS]:
+    for attempt in range(START_ATTEMPTS):
+        with contextlib.ExitStack() as stack:
+            try:
+                store = stack.enter_context(_started(data_dir if attempt == 0 else data_dir / f"restart{attempt}"))
+            except PortTaken:
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                continue
+            yield store
+            return
+
+
+@contextlib.contextmanager
+def _started(data_dir: Path) -> Iterator[SeaweedFS]:
     data_dir.mkdir(parents=True, exist_ok=True)
     ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
     grpc = {name: free_port() for name in ports}
@@ -92,7 +113,10 @@ def _wait_ready(store: SeaweedFS, proc: subprocess.Popen[bytes], log: Path) -> N
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"weed server exited ({proc.returncode}): {log.read_text()[-2000:]}", pytrace=False)
+            text = log.read_text()
+            if "address already in use" in text:
+                raise PortTaken(text[-2000:])
+            pytest.fail(f"weed server exited ({proc.returncode}): {text[-2000:]}", pytrace=False)
         try:
             s3.create_bucket(Bucket=store.bucket)
             s3.put_object(Bucket=store.bucket, Key=".ready", Body=b"1")
