@@ -272,6 +272,7 @@ def evaluate_model(  # noqa: PLR0915
     stride = 1
     error: str | None = None
     per_block: list[float | None] = []
+    live = leading_idle_steps(series.values)
     for block in blocks:
         try:
             t0 = time.perf_counter()
@@ -289,7 +290,7 @@ def evaluate_model(  # noqa: PLR0915
                               tracking_rate=cfg.tracking_rate if cfg.tracked_calibration else 0.0,
                               additive=cfg.additive_calibration, tracking_rates=cfg.tracking_rates,
                               half_life_seconds=cfg.half_life_seconds,
-                              live_from=leading_idle_steps(series.values) - lo)
+                              live_from=live - lo)
             # A tracked model replays its recent forecasts: give it its whole window.
             lo = max(0, block.start - 1 - int(getattr(model, "window_steps", window)))
             origins = np.arange(block.start - 1, block.end - 1, stride)

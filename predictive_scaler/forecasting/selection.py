@@ -206,11 +206,12 @@ SHORT_TRACKING_BLOCKS = 2
 LAUNCH_CALIBRATION: tuple[float, bool] = (DEFAULT_TRACKING_RATE, True)
 
 
-def launched_during_calibration(grid: Series, cfg: EvaluationSettings) -> bool:
-    """Was the history idle (one value, :func:`walkforward.leading_idle_steps`) until after its last
-    calibration window began — a service launched days into the history a training run is given?"""
+def launched_during_calibration(grid: Series, cfg: EvaluationSettings, idle: int | None = None) -> bool:
+    """Was the history idle (one value, :func:`walkforward.leading_idle_steps`, or ``idle`` steps where
+    the caller counted them) until after its last calibration window began — a service launched days
+    into the history a training run is given?"""
     cal = int(cfg.calibration_days.total_seconds() // grid.step_seconds)
-    return leading_idle_steps(grid.values) > len(grid) - cal
+    return (leading_idle_steps(grid.values) if idle is None else idle) > len(grid) - cal
 
 
 def short_history(cfg: EvaluationSettings) -> bool:
@@ -355,11 +356,12 @@ def _train_short(
     report = evaluate(grid, kinds, walk, step_seconds=grid.step_seconds, progress=progress, options=options)
     selected = select_on_common_blocks(report.models)
     reason = ""
+    idle = leading_idle_steps(grid.values)
     if selected is None:
         rate, additive = 0.0, False
-    elif launched_during_calibration(grid, cfg):
+    elif launched_during_calibration(grid, cfg, idle):
         rate, additive = LAUNCH_CALIBRATION
-        since = timedelta(seconds=(len(grid) - leading_idle_steps(grid.values)) * grid.step_seconds)
+        since = timedelta(seconds=(len(grid) - idle) * grid.step_seconds)
         reason = (f"the history held one value until {format_duration(since)} before its end, inside its last "
                   f"calibration window (a launch): scored from then on where {MIN_SCORES} or more steps are, "
                   f"additive shifts tracked at {rate:g}, not a choice made on daily blocks fitted on idle days")

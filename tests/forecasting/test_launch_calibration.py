@@ -48,7 +48,8 @@ def test_live_origins_drops_the_idle_ones_while_enough_live_ones_remain():
 
 
 def test_live_origins_scores_every_origin_when_too_few_are_live():
-    """The latest MIN_SCORES alone would hold the launch's jump from idle as a tenth of the scores."""
+    """The latest MIN_SCORES alone would rest the shift on the first minutes of traffic, which the tracker
+    cannot unwind while the idle scores have no spread."""
     origins = np.arange(0, 600)
     assert live_origins(origins, 600 - MIN_SCORES, 6).all()
     assert live_origins(origins, 600 - MIN_SCORES - 6, 6).sum() == MIN_SCORES + 6
