@@ -8,7 +8,11 @@ Two sets, fixed before any figure was read:
   ``nasa_http_1995``) with bursts overlaid — service tracking's settings (``spec.service``) were
   chosen on these;
 - **validation**: the five ``ms_ingress0*_rate`` traces as bundled and with bursts overlaid — no
-  default was chosen on them.
+  default was chosen on them;
+- **recurring** (validation too): the same five with bursts that recur on the clock — 3× for 10
+  minutes every 120 minutes from midnight UTC, ``_recurring`` on the minute, ``_recurring15`` each
+  one starting up to 15 minutes early or late (seeded). A forecast can learn bursts that recur; it
+  cannot learn bursts at random times, and the two sets show the difference.
 
 Bursts (seeded, so every run sees the same): every 90–150 minutes demand is multiplied by 3 for
 5–20 minutes — the shape of the bursty one-minute traffic on which the predictive default once
@@ -41,6 +45,11 @@ SEED = 20180425
 #: The tuning overlays' seeds are offset from the validation ones (different burst times).
 TUNING_SEED_OFFSET = 777
 BURST_FACTOR = 3.0
+#: Recurring bursts: every RECURRING_PERIOD minutes from midnight UTC, RECURRING_LENGTH minutes long,
+#: each start moved by up to ± the overlay's jitter (minutes, seeded).
+RECURRING_PERIOD = 120
+RECURRING_LENGTH = 10
+RECURRING_JITTERS = (0, 15)
 TUNING = ("ms_mongodb_machine01_rps", "nasa_http_1995")
 VALIDATION_GLOB = "ms_ingress0*_rate.csv"
 MAX_EVALUATION = timedelta(days=42)
@@ -60,6 +69,23 @@ def bursty(values: np.ndarray, step_s: int, seed: int) -> np.ndarray:
         length = int(rng.integers(5, 21)) * per_min
         out[i:i + length] *= BURST_FACTOR
         i += length + int(rng.integers(90, 151)) * per_min
+    return out
+
+
+def recurring(values: np.ndarray, start_epoch: float, step_s: int, jitter_min: int, seed: int) -> np.ndarray:
+    """``values`` (the first step starting at ``start_epoch``) with 3× bursts of ``RECURRING_LENGTH`` minutes
+    starting every ``RECURRING_PERIOD`` minutes from midnight UTC, each start moved by a seeded whole
+    number of minutes in [-``jitter_min``, ``jitter_min``]; ``step_s`` ≤ 60."""
+    if step_s > 60:
+        raise ValueError(f"bursts are laid on one-minute (or finer) traces, not on a {step_s} s step")
+    rng = np.random.default_rng(seed)
+    minute = (start_epoch + np.arange(len(values)) * step_s) // 60
+    first, last = int(minute[0]) // RECURRING_PERIOD - 1, int(minute[-1]) // RECURRING_PERIOD + 1
+    out = values.astype(float).copy()
+    for cycle in range(first, last + 1):
+        shift = int(rng.integers(-jitter_min, jitter_min + 1)) if jitter_min else 0
+        begin = cycle * RECURRING_PERIOD + shift
+        out[(minute >= begin) & (minute < begin + RECURRING_LENGTH)] *= BURST_FACTOR
     return out
 
 
@@ -90,13 +116,21 @@ def _cells(doc: dict[str, Any]) -> list[str]:
             (", ".join(dom[:3]) + (f" (+{len(dom) - 3})" if len(dom) > 3 else "")) or "none"]
 
 
-def _write_overlay(path: Path, seed: int, out_dir: Path) -> Path:
+def _write_overlay(path: Path, seed: int, out_dir: Path, jitter_min: int | None = None) -> Path:
+    """``path`` with random bursts (``jitter_min`` None) or recurring ones, written to ``out_dir``."""
     from predictive_scaler.series import load_trace
 
     trace = load_trace(path, min_history=None)
     rows = [line.split(",", 1) for line in path.read_text().splitlines()[1:] if line.strip()]
-    values = bursty(np.array([float(v) for _, v in rows]), trace.step_seconds, seed)
-    out = out_dir / f"{path.stem}_bursty.csv"
+    raw = np.array([float(v) for _, v in rows])
+    if jitter_min is None:
+        values, suffix = bursty(raw, trace.step_seconds, seed), "bursty"
+    else:
+        if len(raw) != len(trace.values):
+            raise ValueError(f"{path}: recurring bursts need a trace without missing rows")
+        values = recurring(raw, trace.start.timestamp(), trace.step_seconds, jitter_min, seed)
+        suffix = f"recurring{jitter_min or ''}"
+    out = out_dir / f"{path.stem}_{suffix}.csv"
     out.write_text("timestamp,value\n" + "".join(f"{t},{float(v)!r}\n" for (t, _), v in zip(rows, values, strict=True)))
     return out
 
@@ -124,8 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[tuple[str, Path]] = []
         for k, stem in enumerate(TUNING):
             runs.append(("tuning", _write_overlay(args.traces / f"{stem}.csv", SEED + TUNING_SEED_OFFSET + k, Path(tmp))))
-        for k, path in enumerate(sorted(args.traces.glob(VALIDATION_GLOB))):
+        validation = sorted(args.traces.glob(VALIDATION_GLOB))
+        for k, path in enumerate(validation):
             runs += [("validation", path), ("validation", _write_overlay(path, SEED + k, Path(tmp)))]
+        for k, path in enumerate(validation):
+            runs += [("recurring", _write_overlay(path, SEED + k, Path(tmp), jitter)) for jitter in RECURRING_JITTERS]
         for kind, path in runs:
             if only and path.stem not in only:
                 continue
@@ -153,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         f"(`python -m benchmarks.bursty`) on {platform.machine()} with {os.cpu_count()} cores; do not edit.",
         "",
         "Default scenario with `--frontier`, evaluation capped at 42 days; `_bursty`: 3× bursts of 5–20 min every "
-        "90–150 min overlaid (seeded). *Default*: as shipped (service tracking off); *tracking*: "
+        "90–150 min overlaid (seeded); `_recurring`: 3× for 10 min every 120 min from midnight UTC, "
+        "`_recurring15`: each of those starting up to 15 min early or late (seeded). *Default*: as shipped (service tracking off); *tracking*: "
         "`spec.service.enabled: true` (target 0.99, gain 4 per hour, at most × 4). Tuning: the overlays its "
-        "settings were chosen on; validation: no setting was chosen on these. Room: reactive's GPU-hours ≥ 1.05 × the oracle's (the gap-closed aim applies). Near oracle: "
+        "settings were chosen on; validation, recurring: no setting was chosen on these. Room: reactive's GPU-hours ≥ 1.05 × the oracle's (the gap-closed aim applies). Near oracle: "
         f"served within {ORACLE_POINTS:g} points of the oracle's share (the aim where the oracle serves ≥ 97 %). "
         "Dominated by: peer points, static fleets included, both cheaper and serving more.",
         "",

@@ -34,3 +34,23 @@ def test_finer_steps_scale_and_coarser_ones_are_refused() -> None:
     assert all(10 <= n <= 40 for _, n in runs[:-1])
     with pytest.raises(ValueError, match="one-minute"):
         bursty(np.ones(100), 300, seed=1)
+
+
+def test_recurring_bursts_start_on_the_clock_and_move_by_at_most_the_jitter() -> None:
+    from benchmarks.bursty import RECURRING_LENGTH, RECURRING_PERIOD, recurring
+
+    start = 1_600_000_000 - 1_600_000_000 % 86400 + 37 * 60  # 00:37 UTC
+    base = np.full(3 * 1440, 10.0)
+    exact = recurring(base, start, 60, jitter_min=0, seed=1)
+    runs = _runs(exact > 10.0)
+    minutes = [(start // 60 + a) for a, _ in runs]
+    assert all(m % RECURRING_PERIOD == 0 for m in minutes[1:])  # the first may be cut by the trace's start
+    assert all(n == RECURRING_LENGTH for _, n in runs[1:-1])
+    assert len(runs) == 3 * 1440 // RECURRING_PERIOD
+    moved = recurring(base, start, 60, jitter_min=15, seed=1)
+    np.testing.assert_array_equal(moved, recurring(base, start, 60, jitter_min=15, seed=1))
+    offsets = [(start // 60 + a + RECURRING_PERIOD // 2) % RECURRING_PERIOD - RECURRING_PERIOD // 2
+               for a, _ in _runs(moved > 10.0)[1:-1]]
+    assert all(-15 <= o <= 15 for o in offsets) and len(set(offsets)) > 5
+    with pytest.raises(ValueError, match="one-minute"):
+        recurring(np.ones(100), start, 300, jitter_min=0, seed=1)
