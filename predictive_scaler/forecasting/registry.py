@@ -25,6 +25,8 @@ _KINDS: dict[str, tuple[str, str, str]] = {
     "holt-winters": ("predictive_scaler.forecasting.baselines", "HoltWintersForecaster", "HoltWintersModel"),
     "ets": ("predictive_scaler.forecasting.smoothing", "EtsForecaster", "EtsModel"),
     "mstl": ("predictive_scaler.forecasting.smoothing", "MstlForecaster", "MstlModel"),
+    "seasonal-profile": ("predictive_scaler.forecasting.profile", "SeasonalProfileForecaster",
+                         "SeasonalProfileModel"),
     "ensemble": ("predictive_scaler.forecasting.ensemble", "EnsembleForecaster", "EnsembleModel"),
     "quantile-regression": ("predictive_scaler.forecasting.quantreg", "QuantileRegressionForecaster",
                             "QuantileRegressionModel"),
@@ -35,7 +37,7 @@ _KINDS: dict[str, tuple[str, str, str]] = {
 #: Kinds a user may ask `evaluate --models` / `train` for (calibrated is a wrapper, not a choice).
 FORECASTER_KINDS: tuple[str, ...] = (
     "arima", "prophet", "persistence", "seasonal-naive", "holt-winters", "ensemble", "quantile-regression",
-    "ets", "mstl",
+    "ets", "mstl", "seasonal-profile",
 )
 
 #: The default candidates, defined once: what `train` and `evaluate` score, what the retraining

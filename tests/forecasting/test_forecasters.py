@@ -15,7 +15,7 @@ from predictive_scaler.forecasting.walkforward import walk_forward
 
 from .conftest import make_daily
 
-KINDS = ("arima", "persistence", "seasonal-naive", "holt-winters")
+KINDS = ("arima", "persistence", "seasonal-naive", "holt-winters", "seasonal-profile")
 DAY = 288  # steps per day at 5 minutes
 
 
@@ -54,7 +54,8 @@ def test_params_round_trip_through_json_gives_identical_forecasts(kind, fitted, 
     ("kind", "rtol"),
     # Holt-Winters restarts its state from the stored profile at an anchor fixed in absolute
     # time, so both read the same window: identical numbers.
-    [("arima", 1e-3), ("persistence", 1e-9), ("seasonal-naive", 1e-9), ("holt-winters", 1e-12)],
+    [("arima", 1e-3), ("persistence", 1e-9), ("seasonal-naive", 1e-9), ("holt-winters", 1e-12),
+     ("seasonal-profile", 1e-12)],
     ids=KINDS,
 )
 def test_forecast_equals_walk_forward_at_the_same_origin(kind, rtol, fitted, series):
@@ -68,7 +69,8 @@ def test_forecast_equals_walk_forward_at_the_same_origin(kind, rtol, fitted, ser
 
 @pytest.mark.parametrize(
     ("kind", "rtol"),
-    [("arima", 1e-6), ("persistence", 0.0), ("seasonal-naive", 0.0), ("holt-winters", 0.0)],
+    [("arima", 1e-6), ("persistence", 0.0), ("seasonal-naive", 0.0), ("holt-winters", 0.0),
+     ("seasonal-profile", 0.0)],
     ids=KINDS,
 )
 @pytest.mark.parametrize("history_days", [3, 6, 12], ids=["3d-before", "6d-before", "12d-before"])
@@ -77,7 +79,7 @@ def test_walk_forward_reads_only_the_model_window(kind, rtol, history_days, fitt
     gives, however much history the caller handed over (what lets the backtest serve batches)."""
     model = fitted[kind]
     lo, hi = 13 * DAY, 13 * DAY + 150
-    view_start = max(0, lo - history_days * DAY)
+    view_start = max(0, lo - max(history_days * DAY, model.window_steps))  # never less than the window
     view = series.slice(view_start, hi + 1)
     idx = np.arange(lo, hi + 1, 7)
     batch = walk_forward(model, view, idx - view_start, 6, (0.5, 0.95))

@@ -17,7 +17,8 @@ from predictive_scaler.series import Series
 
 from .conftest import make_daily
 
-KINDS = ("arima", "persistence", "seasonal-naive", "holt-winters", "quantile-regression", "calibrated")
+KINDS = ("arima", "persistence", "seasonal-naive", "holt-winters", "quantile-regression", "seasonal-profile",
+         "calibrated")
 DAY = 288
 
 
