@@ -39,7 +39,7 @@ from predictive_scaler.series import Series
 DAY = 86400
 
 
-def _forward_fill(values: np.ndarray) -> np.ndarray:
+def forward_fill(values: np.ndarray) -> np.ndarray:
     """Last valid value at or before each step (NaN before the first one)."""
     ok = np.isfinite(values)
     pos = np.where(ok, np.arange(values.size), -1)
@@ -126,7 +126,7 @@ class PersistenceModel(_SpreadModel):
         return self.window
 
     def _log_point(self, logy: np.ndarray, idx: np.ndarray, horizon: int, series: Series) -> np.ndarray:
-        last = _forward_fill(logy)[idx]
+        last = forward_fill(logy)[idx]
         return np.repeat(last[:, None], horizon, axis=1)
 
     def to_params(self) -> dict[str, Any]:
@@ -147,7 +147,7 @@ class PersistenceForecaster:
         c = choose_log_offset(history.values)
         logy = observed_log(history.values, c)
         horizon = max_horizon_steps(history.step_seconds)
-        point = np.repeat(_forward_fill(logy)[:, None], horizon, axis=1)
+        point = np.repeat(forward_fill(logy)[:, None], horizon, axis=1)
         spread = _spread_from(point, _future_log_actuals(logy, horizon))
         return PersistenceModel(
             step_seconds=history.step_seconds,
@@ -190,7 +190,7 @@ class SeasonalNaiveModel(_SpreadModel):
 
 def _seasonal_point(logy: np.ndarray, idx: np.ndarray, horizon: int, season: int) -> np.ndarray:
     """log value one season before each target step; the last value where that is missing."""
-    filled = _forward_fill(logy)
+    filled = forward_fill(logy)
     target = idx[:, None] + np.arange(1, horizon + 1)[None, :] - season
     # Only steps at or before the origin are known; a horizon longer than the
     # season would need the future, so it repeats the season's last known step.

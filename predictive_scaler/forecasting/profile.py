@@ -28,12 +28,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from predictive_scaler.errors import InsufficientHistoryError, ModelError
+from predictive_scaler.forecasting.baselines import forward_fill
 from predictive_scaler.forecasting.logscale import choose_log_offset, from_log, observed_log
-from predictive_scaler.forecasting.walkforward import (
-    WalkForwardModel,
-    check_origins,
-    max_horizon_steps,
-)
+from predictive_scaler.forecasting.walkforward import WalkForwardModel, check_origins
 from predictive_scaler.series import Series
 
 DAY = 86400
@@ -62,13 +59,6 @@ def _level(logy: np.ndarray, width: int) -> np.ndarray:
     n = ok.sum(axis=1)
     total = np.where(ok, windows, 0.0).sum(axis=1)
     return np.where(n > 0, total / np.maximum(n, 1), np.nan)
-
-
-def _forward_fill(values: np.ndarray) -> np.ndarray:
-    ok = np.isfinite(values)
-    pos = np.where(ok, np.arange(values.size), -1)
-    np.maximum.accumulate(pos, out=pos)
-    return np.where(pos >= 0, values[np.maximum(pos, 0)], np.nan)
 
 
 def _row_quantiles(pool: np.ndarray, quantiles: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -108,13 +98,12 @@ class SeasonalProfileModel(WalkForwardModel):
         self, series: Series, origins: np.ndarray, horizon_steps: int, quantiles: Sequence[float]
     ) -> np.ndarray:
         idx = check_origins(series, origins)
-        horizon = horizon_steps
         logy = observed_log(series.values, self.log_offset)
-        level = _forward_fill(_level(logy, self.level_steps))
+        level = forward_fill(_level(logy, self.level_steps))
         n = logy.size
         w = self.half_width_steps
         offsets = np.arange(-w, w + 1)
-        hs = np.arange(1, horizon + 1)
+        hs = np.arange(1, horizon_steps + 1)
         pools = []
         for k in range(1, self.days + 1):
             back = k * self.day_steps
@@ -127,9 +116,9 @@ class SeasonalProfileModel(WalkForwardModel):
             pools.append(vals - base[:, None, None])
         pool = np.concatenate(pools, axis=-1)  # (m, h, days * (2w + 1))
         rel, count = _row_quantiles(pool, quantiles)  # (k, m, h)
+        # Forward-filled, the level is finite at an origin exactly where some value at or before it is.
         now = level[idx]
-        last = _forward_fill(logy)[idx]
-        now = np.where(np.isfinite(now), now, last)
+        last = forward_fill(logy)[idx]
         enough = count >= MIN_ANALOGUES
         out = np.where(enough[None], now[None, :, None] + rel, last[None, :, None])
         return from_log(np.transpose(out, (1, 0, 2)), self.log_offset)
@@ -168,7 +157,6 @@ class SeasonalProfileForecaster:
             )
         if not np.any(np.isfinite(history.values)):
             raise InsufficientHistoryError(f"{history.name}: no observations to take a level from; supply data")
-        max_horizon_steps(step)  # the same horizon limits as every candidate
         return SeasonalProfileModel(
             step_seconds=step,
             log_offset=choose_log_offset(history.values),
