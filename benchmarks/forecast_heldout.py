@@ -171,9 +171,10 @@ def geomean(values: Sequence[float]) -> float | None:
 
 def choose(table: Mapping[str, Mapping[str, float | None]], traces: Sequence[str]) -> str:
     """The variant with the lowest geometric mean ratio over ``traces`` (table[trace][variant]);
-    a variant missing a figure on any of them is not chosen; ties go to the grid's order."""
+    a variant missing a figure on any of them is not chosen; ties go to the code's default, then to
+    the grid's order."""
     best, best_value = VARIANT_NAMES[0], math.inf
-    for name in VARIANT_NAMES:
+    for name in sorted(VARIANT_NAMES, key=lambda n: n != DEFAULT_VARIANT_NAME):
         value = geomean([table[t].get(name) for t in traces])  # type: ignore[misc]
         if value is not None and value < best_value - 1e-12:
             best, best_value = name, value

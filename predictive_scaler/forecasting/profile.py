@@ -42,6 +42,9 @@ HALF_WIDTH_SECONDS = 900
 LEVEL_SECONDS = 3600
 #: Fewer analogues than this give no quantile (the last level is served instead, no spread).
 MIN_ANALOGUES = 5
+#: A step too coarse to hold this many analogues over :data:`DAYS` days is refused at fit: the pool's
+#: 95th percentile should stand on at least two analogues above it, not on the largest of a few.
+MIN_POOL = 40
 
 
 def _steps(seconds: int, step_seconds: int) -> int:
@@ -155,6 +158,13 @@ class SeasonalProfileForecaster:
                 f"{history.name}: a seasonal profile needs more than a day of history at a step of at most "
                 "6 hours; supply more"
             )
+        half = min(day - 1, int(HALF_WIDTH_SECONDS // step))
+        if DAYS * (2 * half + 1) < MIN_POOL:
+            raise ModelError(
+                f"{history.name}: at a {step} s step a seasonal profile pools only {DAYS * (2 * half + 1)} "
+                f"analogues over {DAYS} days (it needs {MIN_POOL} for its upper quantiles); use a step of at "
+                f"most {_max_step()} s or leave seasonal-profile out of the forecasters"
+            )
         if not np.any(np.isfinite(history.values)):
             raise InsufficientHistoryError(f"{history.name}: no observations to take a level from; supply data")
         return SeasonalProfileModel(
@@ -162,6 +172,12 @@ class SeasonalProfileForecaster:
             log_offset=choose_log_offset(history.values),
             day_steps=day,
             days=DAYS,
-            half_width_steps=min(day - 1, int(HALF_WIDTH_SECONDS // step)),
+            half_width_steps=half,
             level_steps=_steps(LEVEL_SECONDS, step),
         )
+
+
+def _max_step() -> int:
+    """The coarsest whole-minute step whose pool holds :data:`MIN_POOL` analogues."""
+    return max(m * 60 for m in range(1, HALF_WIDTH_SECONDS // 60 + 1)
+               if DAYS * (2 * (HALF_WIDTH_SECONDS // (m * 60)) + 1) >= MIN_POOL)

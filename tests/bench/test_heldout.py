@@ -25,7 +25,7 @@ from benchmarks.forecast_heldout import (
     parts,
     slice_names,
 )
-from predictive_scaler.forecasting.defaults import VARIANT_NAMES
+from predictive_scaler.forecasting.defaults import DEFAULT_VARIANT_NAME, VARIANT_NAMES
 
 A, B = VARIANT_NAMES[0], VARIANT_NAMES[1]
 
@@ -48,6 +48,14 @@ def test_a_variant_without_a_figure_on_some_trace_is_not_chosen():
     table = _table(x=(1.0, 0.5), y=(1.0, 0.5))
     table["y"][B] = None
     assert choose(table, ["x", "y"]) == A
+
+
+def test_a_tie_goes_to_the_code_s_default_and_a_better_variant_still_wins():
+    others = [v for v in VARIANT_NAMES if v != DEFAULT_VARIANT_NAME]
+    tied = {t: {v: 1.0 for v in VARIANT_NAMES} for t in ("x", "y")}
+    assert choose(tied, ["x", "y"]) == DEFAULT_VARIANT_NAME
+    tied["x"][others[-1]] = 0.99
+    assert choose(tied, ["x", "y"]) == others[-1]
 
 
 def _doc(days: int, step: int = 1800) -> dict[str, Any]:

@@ -59,6 +59,15 @@ def test_too_little_history_or_too_coarse_a_step_is_refused() -> None:
         registry.forecaster("seasonal-profile").fit(daily)
 
 
+@pytest.mark.parametrize("step_s", [600, 1800])
+def test_a_step_too_coarse_for_a_pool_of_analogues_is_refused_with_the_finest_that_works(step_s: int) -> None:
+    coarse = Series(values=np.full(14 * 86400 // step_s, 100.0), start=START, step_seconds=step_s)
+    with pytest.raises(ModelError, match=r"step of at most 300 s or leave seasonal-profile out"):
+        registry.forecaster("seasonal-profile").fit(coarse)
+    fine = Series(values=np.full(14 * DAY, 100.0), start=START, step_seconds=300)
+    assert registry.forecaster("seasonal-profile").fit(fine).half_width_steps == 3
+
+
 def test_a_window_without_observations_gives_no_forecast() -> None:
     model = registry.forecaster("seasonal-profile").fit(recurring(3))
     empty = Series(values=np.full(DAY, np.nan), start=START, step_seconds=300)
