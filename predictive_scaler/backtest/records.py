@@ -196,8 +196,9 @@ def intra_step_peak_factor(training_values: np.ndarray, trace_step: int, model_s
         return 1.0
     n = training_values.size // per_step * per_step
     steps = np.asarray(training_values[:n], dtype=float).reshape(-1, per_step)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.nanmean(steps, axis=1) if n else np.zeros(0)
+    # A step wholly inside a gap has no mean (NaN), without nanmean's warning for it.
+    counts = np.isfinite(steps).sum(axis=1)
+    means = np.where(counts > 0, np.nansum(steps, axis=1) / np.maximum(counts, 1), np.nan)
     ok = np.isfinite(means) & (means > 0)
     ratios = steps[ok] / means[ok, None]
     ratios = ratios[np.isfinite(ratios)]

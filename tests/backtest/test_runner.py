@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -84,6 +85,14 @@ PEAK_CASES = [
 def test_intra_step_peak_factor(step_values: list[float], trace_step: int, expected: float) -> None:
     values = np.tile(step_values, 50)
     assert intra_step_peak_factor(values, trace_step, 300) == pytest.approx(expected)
+
+
+def test_a_step_wholly_inside_a_gap_is_skipped_without_a_warning() -> None:
+    values = np.tile([5.0, 5.0, 30.0, 30.0, 30.0], 50)
+    values[10:20] = np.nan  # two whole model steps missing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert intra_step_peak_factor(values, 60, 300) == pytest.approx(1.5)
 
 
 def test_peak_factor_comes_from_the_training_window_only() -> None:
