@@ -158,10 +158,10 @@ class SeasonalProfileForecaster:
                 f"{history.name}: a seasonal profile needs more than a day of history at a step of at most "
                 "6 hours; supply more"
             )
-        half = min(day - 1, int(HALF_WIDTH_SECONDS // step))
-        if DAYS * (2 * half + 1) < MIN_POOL:
+        half = _half_width_steps(step)
+        if _pool_size(step) < MIN_POOL:
             raise ModelError(
-                f"{history.name}: at a {step} s step a seasonal profile pools only {DAYS * (2 * half + 1)} "
+                f"{history.name}: at a {step} s step a seasonal profile pools only {_pool_size(step)} "
                 f"analogues over {DAYS} days (it needs {MIN_POOL} for its upper quantiles); use a step of at "
                 f"most {_max_step()} s or leave seasonal-profile out of the forecasters"
             )
@@ -177,7 +177,16 @@ class SeasonalProfileForecaster:
         )
 
 
+def _half_width_steps(step: int) -> int:
+    """Steps either side of the target's time of day the pool takes from each day."""
+    return min(max(1, DAY // step) - 1, HALF_WIDTH_SECONDS // step)
+
+
+def _pool_size(step: int) -> int:
+    """Analogues one target's pool holds at ``step``: each of :data:`DAYS` days gives its window."""
+    return DAYS * (2 * _half_width_steps(step) + 1)
+
+
 def _max_step() -> int:
     """The coarsest whole-minute step whose pool holds :data:`MIN_POOL` analogues."""
-    return max(m * 60 for m in range(1, HALF_WIDTH_SECONDS // 60 + 1)
-               if DAYS * (2 * (HALF_WIDTH_SECONDS // (m * 60)) + 1) >= MIN_POOL)
+    return max(m * 60 for m in range(1, HALF_WIDTH_SECONDS // 60 + 1) if _pool_size(m * 60) >= MIN_POOL)
