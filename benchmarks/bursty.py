@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path.stem} …", file=sys.stderr, flush=True)
             trace = load_trace(path, min_history=None)
             try:
-                docs = [run_frontier(trace, sc).to_json() for sc in (scenario, tracking, without)]
+                docs = [run_frontier(trace, sc, service_alternative=False).to_json() for sc in (scenario, tracking, without)]
             except ScalerError as exc:
                 rows.append(f"| {path.stem} | {kind} | failed: {str(exc)[:100]} |" + " |" * 22)
                 continue

@@ -17,6 +17,12 @@ size; not the oracle, which no controller can run — that serves more than the 
 for less is listed under ``dominated_by`` (a fixed fleet that beats it on both says as much against the
 policy as a better-tuned autoscaler does).
 
+The **service alternative** is the predictive default point once more with ``spec.service.enabled``
+the other way round, read against the same curves (:class:`ServiceAlternative`): what the service
+tracker would have bought (or, when on, saved) on this history. It is not a frontier point — the
+tracker is a choice of contract, the user's SLO, not a knob a cost curve settles — so it never counts
+in ``dominated_by`` or the headline.
+
 Work is reused across operating points: the peers are cheap numpy/HPA loops; the predictive policy's
 models and forecasts do not depend on its knob, so they are trained and computed once
 (:class:`~predictive_scaler.backtest.adapters.PredictiveCache`) and only the reconciler is replayed.
@@ -42,7 +48,7 @@ from predictive_scaler.backtest.runner import (
     initial_replicas,
     run_backtest,
 )
-from predictive_scaler.backtest.scenario import Scenario
+from predictive_scaler.backtest.scenario import Scenario, deep_merge
 from predictive_scaler.backtest.simulator import PolicyRun, SimulatedCluster, simulate
 from predictive_scaler.series import Series
 
@@ -76,6 +82,21 @@ class Point:
         return out
 
 
+@dataclass(frozen=True)
+class ServiceAlternative:
+    """The predictive default point with the service tracker switched the other way (``enabled``: as
+    it ran here), its headline and the peer points that beat it, against the frontier's curves."""
+
+    enabled: bool
+    point: Point
+    headline: dict[str, float | None]
+    dominated_by: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service_enabled": self.enabled, **self.point.to_dict(), "headline": dict(self.headline),
+                "dominated_by": list(self.dominated_by)}
+
+
 @dataclass
 class FrontierResult:
     base: Result
@@ -83,6 +104,7 @@ class FrontierResult:
     headline: dict[str, float | None]
     dominated_by: list[dict[str, Any]]
     wall_seconds: float
+    service_alternative: ServiceAlternative | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = self.base.to_json()
@@ -94,6 +116,8 @@ class FrontierResult:
             "dominated_by": self.dominated_by,
             "wall_seconds": self.wall_seconds,
         }
+        if self.service_alternative is not None:
+            doc["frontier_checks"]["service_alternative"] = self.service_alternative.to_dict()
         return _clean(doc)
 
     @property
@@ -138,8 +162,10 @@ def run_frontier(
     hpa_targets: Sequence[float] = HPA_TARGETS,
     predictive_targets: Sequence[float] = PREDICTIVE_TARGETS,
     say: Callable[[str], None] | None = None,
+    service_alternative: bool = True,
 ) -> FrontierResult:
-    """Every policy of ``scenario`` at its default point (a plain backtest) and at its frontier's points."""
+    """Every policy of ``scenario`` at its default point (a plain backtest) and at its frontier's points;
+    with ``service_alternative``, the predictive default point with the service tracker switched."""
     started = time.perf_counter()
     cache = PredictiveCache()
     base = run_backtest(trace, scenario, progress_factory=progress_factory, cache=cache)
@@ -185,8 +211,28 @@ def run_frontier(
     result = FrontierResult(base, frontier, {}, [], 0.0)
     if "predictive" in frontier:
         result.headline, result.dominated_by = headline(frontier)
+        if service_alternative:
+            result.service_alternative = _service_alternative(trace, scenario, setup, frontier, cache, first,
+                                                              progress_factory)
+            alt = result.service_alternative
+            note(f"predictive with spec.service.enabled {str(alt.enabled).lower()}: {alt.point.gpu_hours:,.0f} GPU-h, "
+                 f"{100 * (alt.point.slo_attainment or 0):.2f} % served")
     result.wall_seconds = time.perf_counter() - started
     return result
+
+
+def _service_alternative(trace: Series, scenario: Scenario, setup: Setup, frontier: dict[str, list[Point]],
+                         cache: PredictiveCache, first: int,
+                         progress_factory: Callable[[str, int], Progress] | None) -> ServiceAlternative:
+    """The predictive default point again with ``spec.service.enabled`` flipped; the forecasts are the
+    cache's (the tracker changes only what is planned on them), so only the reconciler is replayed."""
+    enabled = not setup.spec.service.enabled
+    flipped = prepare(trace, replace(scenario, spec=deep_merge(scenario.spec, {"service": {"enabled": enabled}})))
+    run, _ = run_predictive(flipped, initial_replicas=first, cache=cache,
+                            progress=progress_factory("predictive", flipped.n_ticks) if progress_factory else None)
+    point = _point(run, flipped, {"predictive_target_utilization": scenario.planning_utilization}, default=True)
+    figures, beaten = headline({**frontier, "predictive": [point]})
+    return ServiceAlternative(enabled, point, figures, beaten)
 
 
 # -- reference curves ---------------------------------------------------------------------------------

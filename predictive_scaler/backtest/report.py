@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from predictive_scaler.backtest import event_windows, plots
-from predictive_scaler.backtest.headline import currency, duration_words, headline, money, price
+from predictive_scaler.backtest.headline import (
+    currency,
+    duration_words,
+    headline,
+    money,
+    price,
+    share,
+)
 
 if TYPE_CHECKING:
     from predictive_scaler.backtest.frontier import FrontierResult
@@ -211,7 +218,27 @@ def frontier_verdict(frontier: FrontierResult) -> list[str]:
     ur = h.get("unmet_ratio_vs_reactive")
     if ur is not None:
         lines.append(f"unmet minutes at equal cost: {ur:.2f}× reactive's")
+    if frontier.service_alternative is not None:
+        lines.append(service_alternative_line(frontier))
     return lines
+
+
+def service_alternative_line(frontier: FrontierResult) -> str:
+    """What switching the service tracker (``spec.service.enabled``) would have done on this history: the
+    figures, side by side with the run's own; whether they are worth it is the service's SLO."""
+    alt = frontier.service_alternative
+    assert alt is not None
+    pred, cur, gpu_price = frontier.predictive_default, currency(frontier.base), price(frontier.base)
+    ratio = f"{alt.point.gpu_hours / pred.gpu_hours:.2f}×" if pred.gpu_hours > 0 else "–"
+    gap = alt.headline.get("gap_closed_vs_reactive")
+    beaten = "" if not alt.dominated_by else (
+        "; then " + ", ".join(f"{b['policy']} at {_setting(b['knob'])}" for b in alt.dominated_by[:3])
+        + (f" (+{len(alt.dominated_by) - 3})" if len(alt.dominated_by) > 3 else "") + " would be cheaper and serve more")
+    return (f"with spec.service.enabled {str(alt.enabled).lower()} instead (the service tracker "
+            f"{'on' if alt.enabled else 'off'}): {share(alt.point.slo_attainment)} served against "
+            f"{share(pred.slo_attainment)}, {money(alt.point.gpu_hours * gpu_price, cur)} against "
+            f"{money(pred.gpu_hours * gpu_price, cur)} ({ratio} the GPU-hours), share of the possible saving "
+            f"{'undefined' if gap is None else f'{gap:.2f}'}{beaten} — the SLO decides which is worth it")
 
 
 def _knob(knob: dict[str, Any]) -> str:
@@ -240,6 +267,12 @@ def frontier_table(frontier: FrontierResult) -> str:
             mark = " (default)" if p.default else ""
             out.append(f"| {name}{mark} | {_setting(p.knob)} | {p.gpu_hours:,.0f} | {money(p.gpu_hours * gpu_price, cur)} "
                        f"| {_pct(p.slo_attainment)} | {p.unmet_minutes:,.0f} |")
+    alt = frontier.service_alternative
+    if alt is not None:
+        p = alt.point
+        out.append(f"| predictive, spec.service.enabled {str(alt.enabled).lower()} | {_setting(p.knob)} | "
+                   f"{p.gpu_hours:,.0f} | {money(p.gpu_hours * gpu_price, cur)} | {_pct(p.slo_attainment)} | "
+                   f"{p.unmet_minutes:,.0f} |")
     return "\n".join(out)
 
 
@@ -250,6 +283,10 @@ def frontier_text(frontier: FrontierResult) -> str:
         cells = [f"{_knob(p.knob).split(' ')[-1] if p.knob else '-'}: {p.gpu_hours:,.0f}@{_pct(p.slo_attainment)}"
                  + ("*" if p.default else "") for p in points]
         lines.append(f"  {name:>12}  " + "  ".join(cells))
+    alt = frontier.service_alternative
+    if alt is not None:
+        lines.append(f"  {'':>12}  spec.service.enabled {str(alt.enabled).lower()}: "
+                     f"{alt.point.gpu_hours:,.0f}@{_pct(alt.point.slo_attainment)}")
     lines.append("  (* = the default point)")
     lines.append("headline: " + ", ".join(f"{k} {'–' if v is None else f'{v:.3f}'}"
                                           for k, v in frontier.headline.items()))
@@ -267,9 +304,9 @@ def _why(result: Result) -> list[str]:
         per_min = demand.tick_s / 60.0
         in_fallback = float(np.count_nonzero(unmet & run.fallback) * per_min)
         total = float(np.count_nonzero(unmet) * per_min)
-        share = int(np.count_nonzero(run.fallback & known)) / max(1, int(np.count_nonzero(known)))
+        fallback_share = int(np.count_nonzero(run.fallback & known)) / max(1, int(np.count_nonzero(known)))
         out.append(f"why: {in_fallback:,.0f} of the {total:,.0f} unmet minutes fell while the forecast was set aside "
-                   f"for the reactive rule ({100 * share:.0f} % of the time: the forecast drifted from demand, or "
+                   f"for the reactive rule ({100 * fallback_share:.0f} % of the time: the forecast drifted from demand, or "
                    "data was missing)")
     known = demand.known
     total_demand = float(np.where(known, demand.values, 0.0).sum())

@@ -196,6 +196,8 @@ class FrontierPoints:
     hpa_targets: tuple[float, ...] = ()
     predictive_targets: tuple[float, ...] = ()
     static_sizes: Callable[[int], list[int]] = lambda top: []
+    #: The predictive default point once more with the service tracker switched (frontier.py).
+    service_alternative: bool = False
 
 
 def planned_runs(setup: Setup, frontier: FrontierPoints | None = None) -> list[PlannedRun]:
@@ -232,6 +234,12 @@ def planned_runs(setup: Setup, frontier: FrontierPoints | None = None) -> list[P
             floor, i = max(floors)
             run = PlannedRun("predictive", floor, f"spec.events[{i}].minReplicas {floor:,} (under {capped})")
         runs += [run] * len(set(targets))
+        if extra.service_alternative:
+            # Switched on, the tracker may widen the plan up to its multiplier.
+            widened = 1.0 if spec.service.enabled else spec.service.max_multiplier
+            alt = demand_run("predictive", scenario.planning_utilization,
+                             2.0 * spec.demand.intra_step_peak_factor * multiplier * widened)
+            runs.append(alt if alt.replicas >= run.replicas else run)
     if "static" in scenario.policies:
         runs.append(PlannedRun("static", peer_policies.static_replicas(setup.training_values, setup.capacity_per_replica),
                                "the training window's peak ÷ capacity_per_replica (spec.capacity.requestsPerReplica)"))

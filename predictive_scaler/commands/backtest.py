@@ -281,7 +281,7 @@ def frontier_points() -> FrontierPoints:
     from predictive_scaler.backtest.frontier import HPA_TARGETS, PREDICTIVE_TARGETS, static_sizes
     from predictive_scaler.backtest.runner import FrontierPoints
 
-    return FrontierPoints(HPA_TARGETS, PREDICTIVE_TARGETS, static_sizes)
+    return FrontierPoints(HPA_TARGETS, PREDICTIVE_TARGETS, static_sizes, service_alternative=True)
 
 
 def _print_text(args: argparse.Namespace, scenario: Scenario, result: Result, frontier: FrontierResult | None,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from predictive_scaler.backtest.frontier import (
     HEADLINE_KEYS,
+    FrontierResult,
     Point,
     envelope,
     headline,
@@ -16,6 +19,10 @@ from predictive_scaler.backtest.frontier import (
     reference_unmet,
     run_frontier,
 )
+from predictive_scaler.backtest.records import prepare
+from predictive_scaler.backtest.runner import FrontierPoints, planned_runs
+from predictive_scaler.backtest.scenario import deep_merge
+from predictive_scaler.series import Series
 from tests.backtest.test_runner import FAST, daily_trace
 
 
@@ -106,8 +113,6 @@ def test_frontier_json_shape_and_reuse() -> None:
 def test_a_predictive_point_sharing_the_default_points_models_is_the_unshared_run(target: float) -> None:
     """Reuse across operating points changes nothing: a point run on the default point's trained
     models and served forecasts (the frontier's cache) equals the same point trained from scratch."""
-    from dataclasses import replace
-
     from predictive_scaler.backtest.adapters import PredictiveCache, run_predictive
     from predictive_scaler.backtest.records import prepare
     from predictive_scaler.backtest.runner import initial_replicas
@@ -124,3 +129,77 @@ def test_a_predictive_point_sharing_the_default_points_models_is_the_unshared_ru
     np.testing.assert_array_equal(shared.billed_gpus, alone.billed_gpus)
     np.testing.assert_array_equal(shared_extras["forecasts"].values, alone_extras["forecasts"].values)
     assert [e.kind for e in shared_extras["model_events"]] == [e.kind for e in alone_extras["model_events"]]
+
+
+def _bursty_trace() -> Series:
+    """daily_trace with 3× bursts of 15 minutes about every two hours, which no forecast sees."""
+    trace = daily_trace()
+    values = trace.values.copy()
+    rng = np.random.default_rng(7)
+    at = 0
+    while at < values.size:
+        values[at:at + 3] *= 3
+        at += int(rng.integers(18, 30))  # 90–150 minutes at the 5-minute step
+    return Series(values, trace.start, trace.step_seconds, name="synthetic-bursty")
+
+
+SERVICE_ON = replace(FAST, spec=deep_merge(FAST.spec, {"service": {"enabled": True}}))
+KNOBS: dict[str, Any] = {"hpa_targets": (0.5, 0.9), "predictive_targets": (0.8,)}
+
+
+@pytest.fixture(scope="module")
+def service_runs() -> tuple[FrontierResult, FrontierResult]:
+    trace = _bursty_trace()
+    return run_frontier(trace, FAST, **KNOBS), run_frontier(trace, SERVICE_ON, **KNOBS)
+
+
+def test_the_service_alternative_is_the_other_setting_s_own_default_point(
+        service_runs: tuple[FrontierResult, FrontierResult]) -> None:
+    """Switching the tracker inside one frontier gives what a frontier run with it switched gives: the
+    same point, headline and dominating peers, both ways round — and on bursts it differs."""
+    off, on = service_runs
+    assert off.service_alternative is not None and on.service_alternative is not None
+    assert off.service_alternative.enabled is True and on.service_alternative.enabled is False
+    assert off.service_alternative.point == on.predictive_default
+    assert off.service_alternative.headline == on.headline
+    assert off.service_alternative.dominated_by == on.dominated_by
+    assert on.service_alternative.point == off.predictive_default
+    assert on.service_alternative.headline == off.headline
+    # The bursts leave demand unserved, so the tracker widens the plan: more served, more GPU-hours.
+    assert on.predictive_default.slo_attainment > off.predictive_default.slo_attainment
+    assert on.predictive_default.gpu_hours > off.predictive_default.gpu_hours
+    # It is no operating point of the frontier: the curves are the run's own.
+    assert off.service_alternative.point not in off.frontier["predictive"]
+
+
+def test_the_service_alternative_is_reported_and_can_be_left_out(
+        service_runs: tuple[FrontierResult, FrontierResult]) -> None:
+    from predictive_scaler.backtest.report import frontier_table, frontier_text, frontier_verdict
+
+    off, _ = service_runs
+    doc = json.loads(json.dumps(off.to_json(), allow_nan=False))
+    alt = doc["frontier_checks"]["service_alternative"]
+    assert alt["service_enabled"] is True
+    assert set(alt) == {"service_enabled", "knob", "gpu_hours", "slo_attainment", "unmet_minutes", "default",
+                        "headline", "dominated_by"}
+    assert set(alt["headline"]) == set(HEADLINE_KEYS)
+    line = frontier_verdict(off)[-1]
+    assert line.startswith("with spec.service.enabled true instead (the service tracker on)")
+    assert f"{100 * off.service_alternative.point.slo_attainment:.2f} % served against" in line
+    assert "the SLO decides" in line
+    assert frontier_table(off).splitlines()[-1].startswith("| predictive, spec.service.enabled true |")
+    assert "spec.service.enabled true: " in frontier_text(off)
+    bare = run_frontier(daily_trace(), FAST, hpa_targets=(0.9,), predictive_targets=(), service_alternative=False)
+    assert bare.service_alternative is None
+    assert "service_alternative" not in bare.to_json()["frontier_checks"]
+    assert not any("spec.service" in line for line in frontier_verdict(bare))
+
+
+def test_the_work_bound_counts_the_service_alternative_widened_by_the_tracker() -> None:
+    setup = prepare(daily_trace(), FAST)
+    points = FrontierPoints((0.9,), (0.8,), lambda top: [])
+    plain = [r for r in planned_runs(setup, points) if r.policy == "predictive"]
+    with_alt = [r for r in planned_runs(setup, replace(points, service_alternative=True)) if r.policy == "predictive"]
+    assert len(with_alt) == len(plain) + 1
+    assert with_alt[-1].replicas >= max(r.replicas for r in plain)
+    assert with_alt[-1].replicas <= setup.max_replicas
